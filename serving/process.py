@@ -1,0 +1,108 @@
+"""Child processes that cannot outlive the job.
+
+Each server runs in its own process group (so stopping it takes its workers too) and is told by
+the kernel to exit if the job dies without cleaning up (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ManagedProcess:
+    """A server process with its output in a log file; `stop()` ends its whole process group."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            list(argv), env=dict(env), cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_error(self) -> str:
+        """The last line of the log that names an error, for one-line reports."""
+        lines = self.log_tail(200).splitlines()
+        for line in reversed(lines):
+            if "Error" in line or "error:" in line:
+                return line.strip()
+        return lines[-1].strip() if lines else "no output"
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the group, wait up to `grace_s`, then SIGKILL whatever is left."""
+        try:
+            if self.alive():
+                _signal_group(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Workers of the group may outlive its leader; never leave them behind.
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        finally:
+            self._log.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_until(check, timeout_s: float, interval_s: float = 0.5) -> bool:
+    """Poll `check()` until it returns True or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return False

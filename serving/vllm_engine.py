@@ -1,0 +1,113 @@
+"""One vLLM OpenAI-compatible server process on loopback, started and stopped by the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.process import ManagedProcess, free_port, port_in_use
+
+
+class VllmEngine:
+    """A `vllm` API server for one model; `start()` returns once `/health` answers."""
+
+    def __init__(self, engine_id: str, model_dir: Path, model: ModelConfig, cfg: ServingConfig,
+                 run_dir: Path, cache_dir: Path, port: int = 0,
+                 extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None):
+        self.engine_id = engine_id
+        self.model_dir = model_dir
+        self.model = model
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.cache_dir = cache_dir
+        self.port = port or free_port(cfg.host)
+        self.extra_args = list(extra_args or [])
+        self.extra_env = dict(extra_env or {})
+        self.process: ManagedProcess | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        m, c = self.model, self.cfg
+        args = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir), "--served-model-name", m.name,
+            "--host", c.host, "--port", str(self.port),
+            "--dtype", m.dtype, "--max-model-len", str(m.max_model_len),
+            "--seed", str(c.seed), "--generation-config", "auto",
+            "--enable-auto-tool-choice", "--tool-call-parser", m.tool_call_parser,
+            "--structured-outputs-config",
+            json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+            "--tool-strict-level", "parameter",
+            "--disable-uvicorn-access-log",
+        ]
+        if m.reasoning_parser:
+            args += ["--reasoning-parser", m.reasoning_parser]
+        args.append("--enable-prefix-caching" if c.enable_prefix_caching
+                    else "--no-enable-prefix-caching")
+        if c.enforce_eager:
+            args.append("--enforce-eager")
+        return args + list(m.extra_args) + list(c.extra_args) + self.extra_args
+
+    def env(self) -> dict[str, str]:
+        cache = self.cache_dir
+        env = dict(os.environ)
+        env.update({
+            "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kv_cache_gib),
+            "VLLM_CACHE_ROOT": str(cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "TRITON_CACHE_DIR": str(cache / "triton"),
+            "HF_HOME": str(cache / "hf"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_HOST_IP": self.cfg.host,
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(self.cfg.extra_env)
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> None:
+        if port_in_use(self.cfg.host, self.port):
+            raise ServingError(f"port {self.port} on {self.cfg.host} is already in use; "
+                               "free it or set serving.port=0 to pick a free one")
+        log = self.run_dir / "logs" / f"engine-{self.engine_id}.log"
+        self.process = ManagedProcess(f"vllm-{self.engine_id}", self.argv(), self.env(), log)
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        with httpx.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                if not self.process.alive():
+                    raise ServingError(
+                        f"engine {self.engine_id} exited during start-up (code "
+                        f"{self.process.proc.returncode}): {self.process.last_error()} "
+                        f"[log: {self.process.log_path}]")
+                try:
+                    if http.get(f"{self.base_url}/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.5)
+        raise ServingError(f"engine {self.engine_id} not healthy after "
+                           f"{self.cfg.startup_timeout_s:.0f}s; log {self.process.log_path}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
