@@ -1,0 +1,228 @@
+"""Sparse MLA decode that reads NVFP4 (or FP8) cache rows directly: no staging buffer.
+
+Flash-decoding split: program (b, split, head block) walks its share of the query's top-k slots,
+dequantizes each tile of rows in registers once, and feeds it to both products (q.k over 576
+dims, p.v over 512); a combine kernel merges the splits by their log-sum-exp. Splitting the
+top-k range keeps all SMs busy when B x head blocks alone would not.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.kv_formats import KV_DIM, LATENT_DIM, ROW_BYTES, KVFormat
+from kernels.triton_codecs import FORMAT_ID, NVFP4, load_latent_tile
+
+_TL_DTYPE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_h: int = 64  # heads per program (the MMA's M)
+    block_t: int = 64  # cached rows per tile
+    num_splits: int = 0  # top-k splits per query; 0: enough to fill the GPU
+    num_warps: int = 8
+    num_stages: int = 1
+
+
+def default_config(num_heads: int) -> DecodeConfig:
+    if num_heads <= 16:
+        return DecodeConfig(block_h=16, block_t=64, num_warps=4)
+    return DecodeConfig(block_h=64, block_t=32, num_warps=8)
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr,
+    cache_ptr,
+    idx_ptr,
+    opart_ptr,
+    lpart_ptr,
+    qk_scale,
+    H,
+    topk,
+    split_len,
+    stride_qb,
+    stride_qh,
+    stride_ib,
+    FMT: tl.constexpr,
+    ROW: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    nsplit = tl.num_programs(1)
+    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    d = tl.arange(0, 256)
+    if FMT == NVFP4:  # the halves the tile loader produces: even / odd latent dims
+        dim_a = 2 * d
+        dim_b = 2 * d + 1
+    else:
+        dim_a = d
+        dim_b = d + 256
+    qrow = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
+    q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(DOT)
+    q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(DOT)
+    q_r = tl.load(qrow + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0).to(DOT)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc_a = tl.zeros([BLOCK_H, 256], tl.float32)
+    acc_b = tl.zeros([BLOCK_H, 256], tl.float32)
+    start = split * split_len
+    end = tl.minimum(start + split_len, topk)
+    for t0 in range(start, end, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        idx = tl.load(idx_ptr + b.to(tl.int64) * stride_ib + t, mask=t < end, other=-1)
+        valid = idx >= 0
+        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT)
+        s = tl.dot(q_a, tl.trans(k_a))
+        s = tl.dot(q_b, tl.trans(k_b), s)
+        s = tl.dot(q_r, tl.trans(k_r), s)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))  # log2 units
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf on empty tiles
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        p = p.to(DOT)
+        acc_a = tl.dot(p, k_a, acc_a * alpha[:, None])
+        acc_b = tl.dot(p, k_b, acc_b * alpha[:, None])
+        m_i = m_new
+
+    empty = l_i == 0  # every slot of this split was padding: acc is 0, lse -inf
+    l_safe = tl.where(empty, 1.0, l_i)
+    part = (b * nsplit + split).to(tl.int64) * H + heads
+    optr = opart_ptr + part[:, None] * 512 + d[None, :]
+    tl.store(optr, acc_a / l_safe[:, None], mask=hmask[:, None])
+    tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
+    tl.store(lpart_ptr + part, tl.where(empty, float("-inf"), m_i + tl.log2(l_safe)), mask=hmask)
+
+
+@triton.jit
+def _combine_kernel(
+    opart_ptr,
+    lpart_ptr,
+    out_ptr,
+    lse_ptr,
+    v_scale,
+    H,
+    nsplit,
+    stride_ob,
+    stride_oh,
+    FMT: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    smask = s < nsplit
+    part = (b * nsplit + s).to(tl.int64) * H + h
+    lse2 = tl.load(lpart_ptr + part, mask=smask, other=float("-inf"))
+    m = tl.max(lse2, axis=0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse2 - m_use)
+    total = tl.sum(w, axis=0)
+    e = tl.arange(0, 512)
+    o = tl.zeros([512], tl.float32)
+    for i in range(nsplit):  # one split at a time: [splits, 512] would not fit in registers
+        p = (b * nsplit + i).to(tl.int64) * H + h
+        o += tl.exp2(tl.load(lpart_ptr + p) - m_use) * tl.load(opart_ptr + p * 512 + e)
+    empty = total == 0
+    total = tl.where(empty, 1.0, total)
+    o = o * (v_scale / total)
+    dim = 2 * (e % 256) + e // 256 if FMT == NVFP4 else e
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + dim, o.to(tl.bfloat16))
+    lse = tl.where(empty, float("-inf"), (m_use + tl.log2(total)) * 0.6931471805599453)
+    tl.store(lse_ptr + b * H + h, lse)
+
+
+def sparse_mla_decode(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    indices: torch.Tensor,
+    fmt: KVFormat,
+    sm_scale: float,
+    kv_scale: float = 1.0,
+    config: DecodeConfig | None = None,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    dot_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, H, 576], cache [blocks, block_size, row] (NVFP4 or FP8), indices [B, topk] int32
+    flat slots (-1 = padding) -> (out [B, H, 512] bf16, lse [B, H] fp32, natural log).
+
+    `kv_scale` is FP8's per-tensor scale. `dot_dtype` is the MMA input type: bf16 on the GPU;
+    tests in the CPU interpreter pass float32 (its bf16 dot is broken).
+    """
+    assert fmt in (KVFormat.NVFP4, KVFormat.FP8), fmt
+    bsz, num_heads, dim = q.shape
+    assert dim == KV_DIM and q.stride(-1) == 1 and indices.stride(-1) == 1
+    assert cache.dtype == torch.uint8 and cache.is_contiguous()
+    assert cache.shape[-1] == ROW_BYTES[fmt]
+    assert out is None or (out.dtype == torch.bfloat16 and out.stride(-1) == 1)
+    assert lse is None or lse.is_contiguous()
+    topk = indices.shape[1]
+    cfg = config or default_config(num_heads)
+    head_blocks = triton.cdiv(num_heads, cfg.block_h)
+    nsplit = cfg.num_splits or _auto_splits(q.device, bsz * head_blocks)
+    split_len = triton.cdiv(triton.cdiv(topk, nsplit), cfg.block_t) * cfg.block_t
+    nsplit = triton.cdiv(topk, split_len)
+    if out is None:
+        out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty(bsz, num_heads, dtype=torch.float32, device=q.device)
+    opart = torch.empty(bsz, nsplit, num_heads, LATENT_DIM, dtype=torch.float32, device=q.device)
+    lpart = torch.empty(bsz, nsplit, num_heads, dtype=torch.float32, device=q.device)
+    scale_fp8 = kv_scale if fmt == KVFormat.FP8 else 1.0
+    dot = _TL_DTYPE[dot_dtype or (torch.bfloat16 if q.is_cuda else torch.float32)]
+    _split_kernel[(bsz, nsplit, head_blocks)](
+        q,
+        cache,
+        indices,
+        opart,
+        lpart,
+        sm_scale * scale_fp8 * math.log2(math.e),
+        num_heads,
+        topk,
+        split_len,
+        q.stride(0),
+        q.stride(1),
+        indices.stride(0),
+        FMT=FORMAT_ID[fmt],
+        ROW=ROW_BYTES[fmt],
+        BLOCK_H=cfg.block_h,
+        BLOCK_T=cfg.block_t,
+        DOT=dot,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    _combine_kernel[(bsz, num_heads)](
+        opart,
+        lpart,
+        out,
+        lse,
+        scale_fp8,
+        num_heads,
+        nsplit,
+        out.stride(0),
+        out.stride(1),
+        FMT=FORMAT_ID[fmt],
+        BLOCK_S=triton.next_power_of_2(nsplit),
+        num_warps=4,
+    )
+    return out, lse
+
+
+def _auto_splits(device: torch.device, programs: int) -> int:
+    """Splits so that about two programs land on every SM."""
+    if device.type != "cuda":
+        return 2
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, triton.cdiv(2 * sms, programs))

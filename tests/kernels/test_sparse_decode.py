@@ -1,0 +1,59 @@
+"""The Triton sparse decode against the reference: ragged top-k, -1 padding, poisoned outputs
+and a poisoned (NaN) slot 0 that padding must never read."""
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat, quantize_rows  # noqa: E402
+from kernels.ref_decode import sparse_mla_decode_ref  # noqa: E402
+from kernels.sparse_decode import DecodeConfig, sparse_mla_decode  # noqa: E402
+from kernels.testdata import heavy_tailed, ragged_topk  # noqa: E402
+
+
+def _check(
+    fmt: KVFormat,
+    bsz: int,
+    heads: int,
+    topk: int,
+    pool: int,
+    gen: torch.Generator,
+    config: DecodeConfig | None,
+    rtol: float,
+) -> None:
+    dev = gen.device
+    kv = heavy_tailed((pool, KV_DIM), gen)
+    kv_scale = kv.float().abs().max().item() / 448
+    rows = quantize_rows(kv, fmt, kv_scale)
+    rows[0] = 0x7F
+    cache = rows.view(pool // 16, 16, ROW_BYTES[fmt])
+    q = heavy_tailed((bsz, heads, KV_DIM), gen)
+    idx = ragged_topk(bsz, topk, pool, gen)
+    sm_scale = 1 / math.sqrt(192)
+    out = torch.full((bsz, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
+    lse = torch.full((bsz, heads), float("nan"), device=dev)
+    sparse_mla_decode(q, cache, idx, fmt, sm_scale, kv_scale, config=config, out=out, lse=lse)
+    ref_out, ref_lse = sparse_mla_decode_ref(q, cache, idx, fmt, sm_scale, kv_scale)
+
+    assert not out.isnan().any() and not lse.isnan().any()  # every element written
+    assert (out[0] == 0).all() and (lse[0] == -math.inf).all()  # query 0 has no valid slot
+    err = (out[1:].float() - ref_out[1:]).norm() / ref_out[1:].norm()
+    assert err < rtol, err
+    torch.testing.assert_close(lse[1:], ref_lse[1:], rtol=0, atol=rtol)
+
+
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+def test_matches_reference_small(fmt: KVFormat, gen: torch.Generator) -> None:
+    # 20 heads over blocks of 16 (a partial head block); 96 slots in two splits of 64 and 32.
+    cfg = DecodeConfig(block_h=16, block_t=32, num_splits=2, num_warps=4)
+    _check(fmt, bsz=3, heads=20, topk=96, pool=64, gen=gen, config=cfg, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+@pytest.mark.parametrize("heads", [16, 64, 128])
+def test_matches_reference_glm_shapes(fmt: KVFormat, heads: int, gen: torch.Generator) -> None:
+    _check(fmt, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=None, rtol=2e-2)
