@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 
 class ServingError(RuntimeError):
@@ -42,11 +41,3 @@ class ServingConfig:
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
 
-
-def from_mapping(cls: type, values: dict[str, Any], where: str):
-    """Build a config dataclass, naming the config group in the error for an unknown key."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ServingError(f"unknown key(s) {unknown} in {where}; known: {sorted(known)}")
-    return cls(**values)

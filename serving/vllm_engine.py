@@ -47,7 +47,7 @@ class VllmEngine:
             "--structured-outputs-config",
             json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
             "--tool-strict-level", "parameter",
-            "--disable-uvicorn-access-log",
+            "--disable-uvicorn-access-log", "--enable-prompt-tokens-details",
         ]
         if m.reasoning_parser:
             args += ["--reasoning-parser", m.reasoning_parser]

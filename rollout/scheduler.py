@@ -1,0 +1,69 @@
+"""Hands sessions to RolloutWorker actors, keeps a bounded window in flight, retries infra errors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from rollout.session import Job
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    """Least-loaded dispatch over a fixed set of actors.
+
+    A session that ends with status `infra_error` (or whose actor died) is run again, up to
+    `max_retries` times, as a new attempt: infrastructure failures never become rewards.
+    """
+
+    def __init__(self, make_worker: Callable[[], Any], num_workers: int, window: int,
+                 max_retries: int) -> None:
+        self.make_worker = make_worker
+        self.workers = [make_worker() for _ in range(num_workers)]
+        self.window = window
+        self.max_retries = max_retries
+
+    def run(self, jobs: list[Job], on_record: Callable[[dict[str, Any]], None]) -> None:
+        queue = list(reversed(jobs))
+        pending: dict[ray.ObjectRef, tuple[Job, int, Any]] = {}
+        load = [0] * len(self.workers)
+        while queue or pending:
+            while queue and len(pending) < self.window:
+                job = queue.pop()
+                w = min(range(len(self.workers)), key=load.__getitem__)
+                worker = self.workers[w]
+                pending[worker.run.remote(job)] = (job, w, worker)
+                load[w] += 1
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                job, w, worker = pending.pop(ref)
+                load[w] -= 1
+                record = self._result(ref, job, w, worker)
+                if record["status"] == "infra_error" and job.attempt < self.max_retries:
+                    log.warning("rollout %s attempt %d failed (%s); retrying", job.rollout_id,
+                                job.attempt, record["error"])
+                    queue.append(replace(job, attempt=job.attempt + 1))
+                else:
+                    on_record(record)
+
+    def _result(self, ref: ray.ObjectRef, job: Job, w: int, worker: Any) -> dict[str, Any]:
+        try:
+            return ray.get(ref)
+        except RayError as exc:  # the actor died: replace it once, and fail this attempt
+            log.warning("worker %d failed on %s: %s", w, job.rollout_id, exc)
+            if self.workers[w] is worker:
+                self.workers[w] = self.make_worker()
+            return infra_error_record(job, f"worker failed: {type(exc).__name__}: {exc}")
+
+
+def infra_error_record(job: Job, error: str) -> dict[str, Any]:
+    return {"rollout_id": job.rollout_id, "task_id": job.task_id, "group_id": job.task_id,
+            "sample_index": job.sample_index, "attempt": job.attempt, "status": "infra_error",
+            "stop_reason": "error", "error": error, "messages": [], "turns": [],
+            "num_turns": 0, "num_tool_calls": 0, "num_invalid_tool_calls": 0}

@@ -1,0 +1,40 @@
+"""The end-of-run summary: a table for people, a dict for wandb and summary.json."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    status = Counter(r["status"] for r in records)
+    scored = [r["reward"] for r in records if r["reward"] is not None]
+    completion = sum(r["completion_tokens"] or 0 for r in records)
+    return {
+        "tasks": len({r["task_id"] for r in records}),
+        "rollouts": len(records),
+        "ok": status["ok"],
+        "truncated": status["truncated"],
+        "infra_error": status["infra_error"],
+        "mean_reward": sum(scored) / len(scored) if scored else 0.0,
+        "turns": sum(r["num_turns"] or 0 for r in records),
+        "tool_calls": sum(r["num_tool_calls"] or 0 for r in records),
+        "invalid_tool_calls": sum(r["num_invalid_tool_calls"] or 0 for r in records),
+        "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in records),
+        "completion_tokens": completion,
+        "cached_tokens": sum(r["cached_tokens"] or 0 for r in records),
+        "completion_tokens_per_s": completion / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
+    }
+
+
+def print_summary(summary: dict[str, Any], console: Console | None = None) -> None:
+    table = Table(title="rollout summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    (console or Console()).print(table)
