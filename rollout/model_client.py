@@ -77,7 +77,8 @@ class ModelClient:
         try:
             resp = await self.client.chat.completions.create(
                 model=self.endpoint.model, messages=messages, tools=tools,
-                tool_choice=self.tool_choice(), parallel_tool_calls=self.sampling.parallel_tool_calls,
+                tool_choice=self.tool_choice(),
+                parallel_tool_calls=self.sampling.parallel_tool_calls,
                 max_tokens=max_tokens, temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p, seed=seed, logprobs=True, extra_body=extra,
                 extra_headers={"x-session-id": session_id},

@@ -27,8 +27,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import EnvConfig, EnvError, load
-from rollout.config import (ConfigError, OutputConfig, RolloutConfig, config_hash, project_root,
-                            typed)
+from rollout.config import (
+    ConfigError,
+    OutputConfig,
+    RolloutConfig,
+    config_hash,
+    project_root,
+    typed,
+)
 from rollout.model_client import SamplingConfig
 from rollout.scheduler import Scheduler
 from rollout.session import Job, SessionLimits

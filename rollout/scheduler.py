@@ -1,4 +1,4 @@
-"""Hands sessions to RolloutWorker actors, keeps a bounded window in flight, retries infra errors."""
+"""Hands sessions to RolloutWorker actors, a bounded window in flight; retries infra errors."""
 
 from __future__ import annotations
 

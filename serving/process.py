@@ -6,6 +6,7 @@ the kernel to exit if the job dies without cleaning up (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -64,10 +65,8 @@ class ManagedProcess:
         try:
             if self.alive():
                 _signal_group(self.proc.pid, signal.SIGTERM)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
             # Workers of the group may outlive its leader; never leave them behind.
             _signal_group(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=5)
@@ -76,10 +75,8 @@ class ManagedProcess:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:

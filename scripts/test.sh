@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The project's test command: install (idempotent), lint, then the whole suite, end-to-end
+# tests included (they start real vLLM engines and Ray; about 5 minutes on 2 cores).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup.sh
+VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
+"$VENV/bin/ruff" check .
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

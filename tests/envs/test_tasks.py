@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from envs import EnvConfig, EnvError, load
+
+ENV = load(EnvConfig())
+
+
+def test_builtin_suite_has_five_tasks():
+    assert len(ENV.tasks) >= 5
+
+
+@pytest.mark.parametrize("task_id", sorted(ENV.tasks))
+def test_task_is_valid(task_id):
+    """The broken repo fails its hidden tests; the reference fix, applied by tools, passes."""
+    task = ENV.tasks[task_id]
+    with ENV.episode(task_id) as ep:
+        before = ep.score()
+        assert before.reward == 0.0 and before.tests_failed > 0, before.output
+        for path in sorted(task.solution_dir.rglob("*.py")):
+            rel = str(path.relative_to(task.solution_dir))
+            result = ep.call("write_file", json.dumps({"path": rel, "content": path.read_text()}))
+            assert result.ok and result.error is None, result.output
+        after = ep.score()
+        assert after.reward == 1.0 and after.tests_failed == 0, after.output
+        assert after.tests_total == before.tests_total
+
+
+def test_scoring_uses_a_fresh_copy():
+    """Hidden tests never land in the agent's workspace."""
+    with ENV.episode("stack_pop") as ep:
+        ep.score()
+        assert not (ep.workspace.path / "_hidden_tests").exists()
+
+
+def test_bad_task_row_is_skipped_or_refused(tmp_path):
+    good = ENV.tasks["stack_pop"]
+    ok = tmp_path / "ok"
+    (ok / "repo").mkdir(parents=True)
+    (ok / "hidden").mkdir()
+    (ok / "task.json").write_text(json.dumps({"id": "ok", "statement": "s"}))
+    (ok / "hidden" / "test_h.py").write_text(good.hidden_tests()[0].read_text())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "task.json").write_text(json.dumps({"id": "bad"}))
+    env = load(EnvConfig(tasks_dir=str(tmp_path)))
+    assert list(env.tasks) == ["ok"]
+    with pytest.raises(EnvError, match="task bad: task.json lacks"):
+        load(EnvConfig(tasks_dir=str(tmp_path), on_bad_task="fail"))
+
+
+def test_unknown_task_ids_are_refused():
+    with pytest.raises(EnvError, match="unknown task ids"):
+        load(EnvConfig(task_ids=["nope"]))

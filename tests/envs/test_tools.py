@@ -1,0 +1,70 @@
+import json
+import time
+
+import pytest
+
+from envs import EnvConfig, load
+
+ENV = load(EnvConfig(tool_timeout_s=2, max_output_chars=300))
+
+
+@pytest.fixture
+def episode():
+    with ENV.episode("stats_mean") as ep:
+        yield ep
+
+
+def test_schemas_are_strict():
+    for tool in ENV.tools:
+        fn = tool["function"]
+        assert fn["strict"] is True
+        params = fn["parameters"]
+        assert params["additionalProperties"] is False
+        assert sorted(params["required"]) == sorted(params["properties"])
+
+
+def test_bash_runs_in_the_workspace(episode):
+    out = episode.call("bash", json.dumps({"command": "ls; pwd"}))
+    assert out.ok and "stats.py" in out.output and str(episode.workspace.path) in out.output
+
+
+def test_read_and_write(episode):
+    assert "def mean" in episode.call("read_file", {"path": "stats.py"}).output
+    episode.call("write_file", {"path": "new/x.txt", "content": "hi"})
+    assert (episode.workspace.path / "new" / "x.txt").read_text() == "hi"
+
+
+def test_paths_outside_the_repo_are_refused(episode):
+    for name, args in (("read_file", {"path": "../../etc/passwd"}),
+                       ("write_file", {"path": "/tmp/escape.txt", "content": "x"})):
+        result = episode.call(name, args)
+        assert "outside the repository" in result.output
+
+
+@pytest.mark.parametrize(("name", "args", "error"), [
+    ("nope", "{}", "unknown tool"),
+    ("bash", "{not json", "not JSON"),
+    ("bash", "{}", "'command' is a required property"),
+    ("bash", json.dumps({"command": "ls", "extra": 1}), "Additional properties"),
+    ("read_file", json.dumps({"path": 3}), "is not of type 'string'"),
+])
+def test_malformed_calls_are_data_not_crashes(episode, name, args, error):
+    result = episode.call(name, args)
+    assert not result.ok and error in result.error
+
+
+def test_timeout_kills_the_command(episode):
+    start = time.monotonic()
+    result = episode.call("bash", {"command": "sleep 30 & sleep 30"})
+    assert time.monotonic() - start < 10
+    assert "timed out" in result.output
+
+
+def test_output_is_truncated_with_a_marker(episode):
+    result = episode.call("bash", {"command": "python3 -c 'print(\"x\" * 5000)'"})
+    assert "characters truncated" in result.output and len(result.output) < 500
+
+
+def test_run_tests_and_submit(episode):
+    assert "Ran 1 test" in episode.call("run_tests", "{}").output
+    assert episode.call("submit", "{}").submitted
