@@ -42,6 +42,8 @@ def staged_decode(
     stage_scale: float,
     stage: torch.Tensor | None = None,
     config: DecodeConfig | None = None,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
     dot_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 cache -> FP8 staging rows (per-tensor `stage_scale`) -> FP8 sparse decode.
@@ -65,5 +67,7 @@ def staged_decode(
         sm_scale,
         kv_scale=stage_scale,
         config=config,
+        out=out,
+        lse=lse,
         dot_dtype=dot_dtype,
     )

@@ -90,7 +90,7 @@ def quantize_rows(kv: torch.Tensor, fmt: KVFormat, scale: float = 1.0) -> torch.
         return e4m3(_div(x, scale)).view(torch.uint8)
     if fmt == KVFormat.FP8_DS:
         return _quantize_fp8_ds(x)
-    return kv.to(torch.bfloat16).contiguous().view(torch.uint8)
+    return kv.to(torch.bfloat16, copy=True).contiguous().view(torch.uint8)  # never aliases kv
 
 
 def dequantize_rows(rows: torch.Tensor, fmt: KVFormat, scale: float = 1.0) -> torch.Tensor:

@@ -23,15 +23,17 @@ _TL_DTYPE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float
 class DecodeConfig:
     block_h: int = 64  # heads per program (the MMA's M)
     block_t: int = 64  # cached rows per tile
-    num_splits: int = 0  # top-k splits per query; 0: enough to fill the GPU
+    num_splits: int = 0  # top-k splits per query; 0: from programs_per_sm
     num_warps: int = 8
-    num_stages: int = 1
+    num_stages: int = 2
+    programs_per_sm: int = 1  # auto splits aim at this many programs per SM
 
 
 def default_config(num_heads: int) -> DecodeConfig:
+    """Configs that compile without register spills for sm_90 (checked with ptxas -v)."""
     if num_heads <= 16:
-        return DecodeConfig(block_h=16, block_t=64, num_warps=4)
-    return DecodeConfig(block_h=64, block_t=32, num_warps=8)
+        return DecodeConfig(block_h=16, block_t=32)
+    return DecodeConfig(block_h=64, block_t=32)
 
 
 @triton.jit
@@ -41,18 +43,24 @@ def _split_kernel(
     idx_ptr,
     opart_ptr,
     lpart_ptr,
+    out_ptr,
+    lse_ptr,
     qk_scale,
+    v_scale,
     H,
     topk,
     split_len,
     stride_qb,
     stride_qh,
     stride_ib,
+    stride_ob,
+    stride_oh,
     FMT: tl.constexpr,
     ROW: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_T: tl.constexpr,
     DOT: tl.constexpr,
+    DIRECT: tl.constexpr,
 ):
     b = tl.program_id(0)
     split = tl.program_id(1)
@@ -98,11 +106,19 @@ def _split_kernel(
 
     empty = l_i == 0  # every slot of this split was padding: acc is 0, lse -inf
     l_safe = tl.where(empty, 1.0, l_i)
-    part = (b * nsplit + split).to(tl.int64) * H + heads
-    optr = opart_ptr + part[:, None] * 512 + d[None, :]
-    tl.store(optr, acc_a / l_safe[:, None], mask=hmask[:, None])
-    tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
-    tl.store(lpart_ptr + part, tl.where(empty, float("-inf"), m_i + tl.log2(l_safe)), mask=hmask)
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
+    if DIRECT:  # one split: final output, no combine pass
+        w = (v_scale / l_safe)[:, None]
+        optr = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
+        tl.store(optr + dim_a[None, :], (acc_a * w).to(tl.bfloat16), mask=hmask[:, None])
+        tl.store(optr + dim_b[None, :], (acc_b * w).to(tl.bfloat16), mask=hmask[:, None])
+        tl.store(lse_ptr + b * H + heads, lse2 * 0.6931471805599453, mask=hmask)
+    else:
+        part = (b * nsplit + split).to(tl.int64) * H + heads
+        optr = opart_ptr + part[:, None] * 512 + d[None, :]
+        tl.store(optr, acc_a / l_safe[:, None], mask=hmask[:, None])
+        tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
+        tl.store(lpart_ptr + part, lse2, mask=hmask)
 
 
 @triton.jit
@@ -171,58 +187,35 @@ def sparse_mla_decode(
     topk = indices.shape[1]
     cfg = config or default_config(num_heads)
     head_blocks = triton.cdiv(num_heads, cfg.block_h)
-    nsplit = cfg.num_splits or _auto_splits(q.device, bsz * head_blocks)
+    nsplit = cfg.num_splits or _auto_splits(q.device, bsz * head_blocks, cfg.programs_per_sm)
     split_len = triton.cdiv(triton.cdiv(topk, nsplit), cfg.block_t) * cfg.block_t
     nsplit = triton.cdiv(topk, split_len)
     if out is None:
         out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     if lse is None:
         lse = torch.empty(bsz, num_heads, dtype=torch.float32, device=q.device)
-    opart = torch.empty(bsz, nsplit, num_heads, LATENT_DIM, dtype=torch.float32, device=q.device)
-    lpart = torch.empty(bsz, nsplit, num_heads, dtype=torch.float32, device=q.device)
-    scale_fp8 = kv_scale if fmt == KVFormat.FP8 else 1.0
+    direct = nsplit == 1
+    shape = (0,) if direct else (bsz, nsplit, num_heads)
+    opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
+    lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
+    v_scale = kv_scale if fmt == KVFormat.FP8 else 1.0
     dot = _TL_DTYPE[dot_dtype or (torch.bfloat16 if q.is_cuda else torch.float32)]
     _split_kernel[(bsz, nsplit, head_blocks)](
-        q,
-        cache,
-        indices,
-        opart,
-        lpart,
-        sm_scale * scale_fp8 * math.log2(math.e),
-        num_heads,
-        topk,
-        split_len,
-        q.stride(0),
-        q.stride(1),
-        indices.stride(0),
-        FMT=FORMAT_ID[fmt],
-        ROW=ROW_BYTES[fmt],
-        BLOCK_H=cfg.block_h,
-        BLOCK_T=cfg.block_t,
-        DOT=dot,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
-    _combine_kernel[(bsz, num_heads)](
-        opart,
-        lpart,
-        out,
-        lse,
-        scale_fp8,
-        num_heads,
-        nsplit,
-        out.stride(0),
-        out.stride(1),
-        FMT=FORMAT_ID[fmt],
-        BLOCK_S=triton.next_power_of_2(nsplit),
-        num_warps=4,
-    )
+        q, cache, indices, opart, lpart, out, lse, sm_scale * v_scale * math.log2(math.e),
+        v_scale, num_heads, topk, split_len, q.stride(0), q.stride(1), indices.stride(0),
+        out.stride(0), out.stride(1), FMT=FORMAT_ID[fmt], ROW=ROW_BYTES[fmt],
+        BLOCK_H=cfg.block_h, BLOCK_T=cfg.block_t, DOT=dot, DIRECT=direct,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+    if not direct:
+        _combine_kernel[(bsz, num_heads)](
+            opart, lpart, out, lse, v_scale, num_heads, nsplit, out.stride(0), out.stride(1),
+            FMT=FORMAT_ID[fmt], BLOCK_S=triton.next_power_of_2(nsplit), num_warps=4)  # fmt: skip
     return out, lse
 
 
-def _auto_splits(device: torch.device, programs: int) -> int:
-    """Splits so that about two programs land on every SM."""
+def _auto_splits(device: torch.device, programs: int, per_sm: int) -> int:
+    """Top-k splits that give about `per_sm` programs per SM: one wave, or two."""
     if device.type != "cuda":
         return 2
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, triton.cdiv(2 * sms, programs))
+    return max(1, round(per_sm * sms / programs))

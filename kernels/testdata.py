@@ -60,3 +60,15 @@ def ragged_topk(batch: int, topk: int, pool: int, gen: torch.Generator) -> torch
     holes = torch.rand(batch, topk, generator=gen, device=dev) < 0.1
     holes[1:2] = False
     return torch.where((pos < keep) & ~holes, idx, -1).to(torch.int32)
+
+
+def logit_scaled_q(
+    bsz: int, heads: int, kv: torch.Tensor, sm_scale: float, gen: torch.Generator, std: float = 3.0
+) -> torch.Tensor:
+    """Heavy-tailed bf16 q [bsz, heads, 576], rescaled so that its scaled scores against
+    rows of kv spread with `std`, like real logits; raw heavy-tailed products would make
+    every softmax one-hot and hide errors on all but one row."""
+    q = heavy_tailed((bsz, heads, KV_DIM), gen).float()
+    sample = kv[: min(len(kv), 512)].float()
+    s = (q.reshape(-1, KV_DIM) @ sample.T) * sm_scale
+    return (q * (std / s.std())).to(torch.bfloat16)

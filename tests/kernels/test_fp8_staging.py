@@ -11,16 +11,17 @@ from kernels.fp8_staging import staged_decode  # noqa: E402
 from kernels.kv_formats import KV_DIM, KVFormat, dequantize_rows, quantize_rows  # noqa: E402
 from kernels.ref_decode import attend, gather_rows, sparse_mla_decode_ref  # noqa: E402
 from kernels.sparse_decode import DecodeConfig  # noqa: E402
-from kernels.testdata import heavy_tailed, nvfp4_exact_kv, ragged_topk  # noqa: E402
+from kernels.testdata import heavy_tailed, logit_scaled_q, nvfp4_exact_kv, ragged_topk  # noqa: E402
 
 
 def test_lossless_staging_matches_nvfp4_reference(gen: torch.Generator) -> None:
     # Power-of-two NVFP4 scales and stage scale: the FP8 copy is exact, whatever the rounding.
     pool, bsz, heads, topk = 48, 3, 16, 40
-    rows = quantize_rows(nvfp4_exact_kv(pool, gen), KVFormat.NVFP4)
+    kv = nvfp4_exact_kv(pool, gen)
+    rows = quantize_rows(kv, KVFormat.NVFP4)
     rows[0] = 0x7F
     cache = rows.view(3, 16, -1)
-    q = heavy_tailed((bsz, heads, KV_DIM), gen)
+    q = logit_scaled_q(bsz, heads, kv, 0.1, gen)
     idx = ragged_topk(bsz, topk, pool, gen)
     cfg = DecodeConfig(block_h=16, block_t=16, num_splits=2, num_warps=4)
     out, lse = staged_decode(q, cache, idx, 0.1, stage_scale=2.0, config=cfg)
@@ -36,7 +37,7 @@ def test_staging_matches_requantized_reference(gen: torch.Generator) -> None:
     pool, bsz, heads, topk = 1 << 16, 6, 64, 2048
     kv = heavy_tailed((pool, KV_DIM), gen)
     cache = quantize_rows(kv, KVFormat.NVFP4).view(pool // 16, 16, -1)
-    q = heavy_tailed((bsz, heads, KV_DIM), gen)
+    q = logit_scaled_q(bsz, heads, kv, 0.07, gen)
     idx = ragged_topk(bsz, topk, pool, gen)
     stage_scale = kv.float().abs().max().item() / 448
     out, lse = staged_decode(q, cache, idx, 0.07, stage_scale=stage_scale)

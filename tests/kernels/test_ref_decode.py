@@ -7,16 +7,17 @@ import torch
 
 from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat, dequantize_rows, quantize_rows
 from kernels.ref_decode import sparse_mla_decode_ref
-from kernels.testdata import heavy_tailed, ragged_topk
+from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk
 
 
 @pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8, KVFormat.FP8_DS, KVFormat.BF16])
 def test_matches_float64_attention(fmt: KVFormat, gen: torch.Generator) -> None:
     pool, bsz, heads, topk, sm_scale, kv_scale = 40, 4, 3, 24, 0.07, 0.5
-    rows = quantize_rows(heavy_tailed((pool, KV_DIM), gen), fmt, kv_scale)
+    kv_in = heavy_tailed((pool, KV_DIM), gen)
+    rows = quantize_rows(kv_in, fmt, kv_scale)
     rows[0] = 0x7F  # NaN in every E4M3 field: padding must never read it
     cache = rows.view(5, 8, ROW_BYTES[fmt])
-    q = heavy_tailed((bsz, heads, KV_DIM), gen)
+    q = logit_scaled_q(bsz, heads, kv_in, sm_scale, gen)
     idx = ragged_topk(bsz, topk, pool, gen)
     out, lse = sparse_mla_decode_ref(q, cache, idx, fmt, sm_scale, kv_scale)
 

@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat, quantize_rows  # noqa: E402
 from kernels.ref_decode import sparse_mla_decode_ref  # noqa: E402
 from kernels.sparse_decode import DecodeConfig, sparse_mla_decode  # noqa: E402
-from kernels.testdata import heavy_tailed, ragged_topk  # noqa: E402
+from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: E402
 
 
 def _check(
@@ -30,9 +30,9 @@ def _check(
     rows = quantize_rows(kv, fmt, kv_scale)
     rows[0] = 0x7F
     cache = rows.view(pool // 16, 16, ROW_BYTES[fmt])
-    q = heavy_tailed((bsz, heads, KV_DIM), gen)
-    idx = ragged_topk(bsz, topk, pool, gen)
     sm_scale = 1 / math.sqrt(192)
+    q = logit_scaled_q(bsz, heads, kv, sm_scale, gen)
+    idx = ragged_topk(bsz, topk, pool, gen)
     out = torch.full((bsz, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
     lse = torch.full((bsz, heads), float("nan"), device=dev)
     sparse_mla_decode(q, cache, idx, fmt, sm_scale, kv_scale, config=config, out=out, lse=lse)
@@ -46,9 +46,11 @@ def _check(
 
 
 @pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
-def test_matches_reference_small(fmt: KVFormat, gen: torch.Generator) -> None:
-    # 20 heads over blocks of 16 (a partial head block); 96 slots in two splits of 64 and 32.
-    cfg = DecodeConfig(block_h=16, block_t=32, num_splits=2, num_warps=4)
+@pytest.mark.parametrize("splits", [1, 2])
+def test_matches_reference_small(fmt: KVFormat, splits: int, gen: torch.Generator) -> None:
+    # 20 heads over blocks of 16 (a partial head block); 96 slots in one split (written
+    # directly) or two of 64 and 32 (merged by the combine kernel).
+    cfg = DecodeConfig(block_h=16, block_t=32, num_splits=splits, num_warps=4)
     _check(fmt, bsz=3, heads=20, topk=96, pool=64, gen=gen, config=cfg, rtol=1e-2)
 
 
