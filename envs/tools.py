@@ -89,9 +89,7 @@ class ToolBox:
         return ToolResult(truncate(self.ws.resolve(path).read_text(), self.max_output), ok=True)
 
     def _write_file(self, path: str, content: str) -> ToolResult:
-        target = self.ws.resolve(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        self.ws.write_text(path, content)
         return ToolResult(f"wrote {len(content)} characters to {path}", ok=True)
 
     def _run_tests(self) -> ToolResult:

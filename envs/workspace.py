@@ -1,4 +1,4 @@
-"""A session's private copy of a task repository, and commands run inside it with limits."""
+"""A session's private copy of a task repository, and commands run inside it, sandboxed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.sandbox import SandboxPolicy, give_to_sandbox, limit_child, wrap
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -21,13 +23,21 @@ class CommandResult:
 
 
 class Workspace:
-    """A temporary folder holding a copy of the repository; removed on `close()`."""
+    """A temporary folder holding a copy of the repository; removed on `close()`.
 
-    def __init__(self, source: Path, root: Path | None = None, prefix: str = "ws-") -> None:
+    Command output goes to a file outside the folder, so a flood of output costs disk up to the
+    file-size limit, never memory; only its head and tail are read back.
+    """
+
+    def __init__(self, source: Path, root: Path | None = None, prefix: str = "ws-",
+                 policy: SandboxPolicy | None = None) -> None:
+        self.policy = policy or SandboxPolicy()
         root = root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-        shutil.copytree(source, self.path, dirs_exist_ok=True, symlinks=True)
+        self.home = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        self.path = self.home / "repo"
+        shutil.copytree(source, self.path, symlinks=True)
+        give_to_sandbox(self.path, self.policy)
 
     def resolve(self, rel: str) -> Path:
         """A path inside the workspace; refuses anything that escapes it."""
@@ -36,31 +46,44 @@ class Workspace:
             raise PermissionError(f"path {rel!r} is outside the repository")
         return target
 
-    def run(self, argv: list[str], timeout_s: float, max_output: int) -> CommandResult:
+    def write_text(self, rel: str, content: str) -> None:
+        """Replace a file atomically, owned by the sandbox user like the rest of the folder."""
+        target = self.resolve(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.rollfleet-tmp"
+        tmp.write_text(content)
+        os.replace(tmp, target)
+        for path in (target, *target.parents):
+            if path == self.path:
+                break
+            give_to_sandbox(path, self.policy)
+
+    def run(self, argv: list[str], timeout_s: float, max_output: int,
+            env: dict[str, str] | None = None) -> CommandResult:
         """Run a command in the workspace; on timeout its whole process group is killed."""
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.path),
-               "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-        proc = subprocess.Popen(argv, cwd=self.path, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            out, _ = proc.communicate()
-            timed_out = True
-        finally:
-            _kill_group(proc.pid)
-        text = out.decode("utf-8", errors="replace")
-        return CommandResult(None if timed_out else proc.returncode,
-                             truncate(text, max_output), timed_out)
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.path),
+                "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        with tempfile.TemporaryFile(dir=self.home) as out:
+            proc = subprocess.Popen(wrap(argv, self.path, self.policy), cwd=self.path,
+                                    env={**base, **(env or {})}, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=limit_child(self.policy))
+            try:
+                proc.wait(timeout=timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc.pid)
+                proc.wait()
+            text = _head_and_tail(out, max_output)
+        return CommandResult(None if timed_out else proc.returncode, text, timed_out)
 
     def python(self) -> str:
         return sys.executable
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def _kill_group(pgid: int) -> None:
@@ -68,8 +91,21 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _head_and_tail(f, limit: int) -> str:
+    size = f.seek(0, os.SEEK_END)
+    if size <= limit:
+        f.seek(0)
+        return f.read().decode("utf-8", errors="replace")
+    head, tail = limit * 2 // 3, limit // 3
+    f.seek(0)
+    first = f.read(head).decode("utf-8", errors="replace")
+    f.seek(size - tail)
+    last = f.read(tail).decode("utf-8", errors="replace")
+    return f"{first}\n[... {size - head - tail} bytes truncated ...]\n{last}"
+
+
 def truncate(text: str, limit: int) -> str:
-    """Keep the head and tail of long output, with a marker saying how much was cut."""
+    """Keep the head and tail of long text, with a marker saying how much was cut."""
     if len(text) <= limit:
         return text
     head, tail = limit * 2 // 3, limit // 3
