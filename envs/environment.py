@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.scoring import Score, score_repo
-from envs.task import EnvError, Task, load_task_dir
+from envs.sandbox import SandboxPolicy
+from envs.scoring import Score, score_changes
+from envs.suites import load_suite
+from envs.task import EnvError, Task
 from envs.tools import ToolBox, ToolResult, tool_schemas
 from envs.workspace import Workspace
-
-log = logging.getLogger(__name__)
-BUILTIN_SUITES = Path(__file__).parent / "tasks"
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a Python repository. Explore the code with "
@@ -21,36 +19,49 @@ SYSTEM_PROMPT = (
 )
 
 
+class SandboxError(EnvError):
+    """The session's sandbox could not be set up: an infrastructure failure, not a reward."""
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     name: str = "mini_swe"
-    tasks_dir: str | None = None  # null: the built-in suite named `name`
+    suite: str = "mini"  # mini | stdlib | swebench
+    tasks_path: str | None = None  # the suite's data; null: its built-in tasks
     task_ids: list[str] | None = None  # null: every task
+    max_tasks: int | None = None  # the first N tasks (in id order) after task_ids
     system_prompt: str = SYSTEM_PROMPT
     tool_timeout_s: float = 30.0
     score_timeout_s: float = 120.0
     max_output_chars: int = 4000
     max_command_chars: int = 400
     max_file_chars: int = 4000
-    scratch_dir: str | None = None  # where session copies live; null: the system temp folder
+    scratch_dir: str | None = None  # where session folders live; null: the system temp folder
     on_bad_task: str = "skip"  # skip | fail
+    sandbox: dict = field(default_factory=dict)  # SandboxPolicy fields
 
 
 class Episode:
-    """One session's view of a task: its own workspace and toolbox, scored at the end."""
+    """One session's view of a task: its own sandboxed workspace, scored afresh at the end."""
 
     def __init__(self, env: Environment, task: Task) -> None:
         self.env, self.task = env, task
-        self.workspace = Workspace(task.repo_dir, root=env.scratch, prefix=f"{task.task_id}-")
+        try:
+            self.workspace = Workspace(task.repo.materialize, root=env.scratch,
+                                       prefix=f"{task.task_id}-", policy=env.policy)
+        except OSError as exc:
+            raise SandboxError(f"task {task.task_id}: sandbox could not start: {exc}") from None
         self.toolbox = ToolBox(self.workspace, env.tools, env.cfg.tool_timeout_s,
-                               env.cfg.max_output_chars)
+                               env.cfg.max_output_chars,
+                               task.repo.visible_test_argv(self.workspace.python()))
 
     def call(self, name: str, arguments: str | dict) -> ToolResult:
         return self.toolbox.call(name, arguments)
 
     def score(self) -> Score:
-        return score_repo(self.task, self.workspace.path, self.env.scratch,
-                          self.env.cfg.score_timeout_s, self.env.cfg.max_output_chars)
+        return score_changes(self.task, self.workspace.changes(), self.env.scratch,
+                             self.env.cfg.score_timeout_s, self.env.policy,
+                             self.env.cfg.max_output_chars)
 
     def close(self) -> None:
         self.workspace.close()
@@ -66,29 +77,24 @@ class Environment:
     def __init__(self, cfg: EnvConfig) -> None:
         self.cfg = cfg
         self.scratch = Path(cfg.scratch_dir) if cfg.scratch_dir else None
+        try:
+            self.policy = SandboxPolicy(**cfg.sandbox)
+        except TypeError as exc:
+            raise EnvError(f"env.sandbox: {exc}") from None
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
-        self.tasks = {t.task_id: t for t in self._load_tasks()}
+        self.tasks = {t.task_id: t for t in self._select(load_suite(cfg))}
         if not self.tasks:
             raise EnvError(f"environment {cfg.name}: no usable tasks")
 
-    def _load_tasks(self) -> list[Task]:
-        root = Path(cfg_dir) if (cfg_dir := self.cfg.tasks_dir) else BUILTIN_SUITES / self.cfg.name
-        if not root.is_dir():
-            raise EnvError(f"environment {self.cfg.name}: task folder {root} does not exist")
-        tasks = []
-        for path in sorted(p for p in root.iterdir() if p.is_dir()):
-            try:
-                tasks.append(load_task_dir(path))
-            except EnvError as exc:
-                if self.cfg.on_bad_task == "fail":
-                    raise
-                log.warning("skipping bad task: %s", exc)
+    def _select(self, tasks: list[Task]) -> list[Task]:
+        tasks = sorted(tasks, key=lambda t: t.task_id)
         if self.cfg.task_ids is not None:
-            unknown = sorted(set(self.cfg.task_ids) - {t.task_id for t in tasks})
+            known = {t.task_id for t in tasks}
+            unknown = sorted(set(self.cfg.task_ids) - known)
             if unknown:
                 raise EnvError(f"environment {self.cfg.name}: unknown task ids {unknown}")
             tasks = [t for t in tasks if t.task_id in set(self.cfg.task_ids)]
-        return tasks
+        return tasks[: self.cfg.max_tasks] if self.cfg.max_tasks else tasks
 
     def prompt(self, task: Task) -> list[dict]:
         return [{"role": "system", "content": self.cfg.system_prompt},

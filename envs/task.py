@@ -1,10 +1,11 @@
-"""A coding task: a repository to start from, a problem statement, and hidden tests."""
+"""A coding task: where its repository comes from, its statement, and how it is graded."""
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 
 class EnvError(RuntimeError):
@@ -12,37 +13,43 @@ class EnvError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Grade:
+    tests_total: int
+    tests_failed: int
+    passed: bool
+
+
+class TaskRepo(Protocol):
+    """What a task suite must say about one task's repository and tests."""
+
+    def materialize(self, dest: Path) -> None:
+        """Write the starting repository into the empty folder `dest`."""
+
+    def add_hidden_tests(self, dest: Path) -> None:
+        """Install the hidden tests into a scoring copy (never the agent's copy)."""
+
+    def hidden_test_argv(self, python: str) -> list[str]:
+        """The command, run in the scoring copy, whose output `grade` reads."""
+
+    def visible_test_argv(self, python: str) -> list[str]:
+        """The command behind the agent's `run_tests` tool."""
+
+    def grade(self, output: str, exit_code: int | None) -> Grade:
+        """Read the hidden tests' output."""
+
+    def reference_fix(self) -> dict[str, str]:
+        """Relative path -> full new text of each file the reference solution changes."""
+
+
+@dataclass(frozen=True)
 class Task:
     task_id: str
     statement: str
-    repo_dir: Path  # the starting repository (read-only; sessions work on copies)
-    hidden_dir: Path  # hidden test files, copied in only at scoring time
-    solution_dir: Path | None = None  # reference fix: files that overwrite the repo's
+    repo: TaskRepo
     difficulty: str = "unknown"
-
-    def hidden_tests(self) -> list[Path]:
-        return sorted(self.hidden_dir.glob("test_*.py"))
+    suite: str = ""
 
 
-REQUIRED_KEYS = ("id", "statement")
-
-
-def load_task_dir(path: Path) -> Task:
-    """Read one task folder: task.json, repo/, hidden/ and optionally solution/."""
-    meta_path = path / "task.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EnvError(f"task {path.name}: cannot read {meta_path}: {exc}") from None
-    missing = [k for k in REQUIRED_KEYS if not meta.get(k)]
-    if missing:
-        raise EnvError(f"task {path.name}: task.json lacks {missing}")
-    task = Task(task_id=meta["id"], statement=meta["statement"], repo_dir=path / "repo",
-                hidden_dir=path / "hidden",
-                solution_dir=(path / "solution") if (path / "solution").is_dir() else None,
-                difficulty=meta.get("difficulty", "unknown"))
-    if not task.repo_dir.is_dir():
-        raise EnvError(f"task {task.task_id}: no repo/ folder in {path}")
-    if not task.hidden_tests():
-        raise EnvError(f"task {task.task_id}: no hidden tests (hidden/test_*.py) in {path}")
-    return task
+def warn_bad_task(exc: EnvError) -> None:
+    """A bad task row is reported with its id and skipped (env.on_bad_task=skip)."""
+    logging.getLogger("envs").warning("skipping bad task: %s", exc)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,23 @@ class CommandResult:
     timed_out: bool
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What a session did to its repository: new full text (or None: deleted) per file."""
+
+    files: dict[str, str | None]
+    diff: str  # unified diff, for people and corpora
+
+    def apply(self, root: Path) -> None:
+        for rel, text in self.files.items():
+            target = root / rel
+            if text is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+
+
 class Workspace:
     """A temporary folder holding a copy of the repository; removed on `close()`.
 
@@ -29,15 +49,36 @@ class Workspace:
     file-size limit, never memory; only its head and tail are read back.
     """
 
-    def __init__(self, source: Path, root: Path | None = None, prefix: str = "ws-",
-                 policy: SandboxPolicy | None = None) -> None:
+    def __init__(self, populate: Callable[[Path], None], root: Path | None = None,
+                 prefix: str = "ws-", policy: SandboxPolicy | None = None) -> None:
         self.policy = policy or SandboxPolicy()
         root = root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
         self.home = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
         self.path = self.home / "repo"
-        shutil.copytree(source, self.path, symlinks=True)
+        self.path.mkdir()
+        try:
+            populate(self.path)
+        except BaseException:
+            self.close()
+            raise
+        self.start = _snapshot(self.path)
         give_to_sandbox(self.path, self.policy)
+
+    def changes(self, max_diff_chars: int = 20000) -> Changes:
+        """Files changed, added or removed since the workspace was populated."""
+        now = _snapshot(self.path)
+        files: dict[str, str | None] = {}
+        diff: list[str] = []
+        for rel in sorted(set(self.start) | set(now)):
+            if self.start.get(rel, (None,))[0] == now.get(rel, (None,))[0]:
+                continue
+            new = now[rel][1] if rel in now else None
+            files[rel] = new
+            old = self.start[rel][1] if rel in self.start else ""
+            diff += difflib.unified_diff(old.splitlines(True), (new or "").splitlines(True),
+                                         f"a/{rel}", f"b/{rel}")
+        return Changes(files, truncate("".join(diff), max_diff_chars))
 
     def resolve(self, rel: str) -> Path:
         """A path inside the workspace; refuses anything that escapes it."""
@@ -84,6 +125,21 @@ class Workspace:
 
     def close(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, str]]:
+    """Relative path -> (sha256, text) of every text file; caches and binaries are skipped."""
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.is_symlink() or "__pycache__" in path.parts:
+            continue
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        snap[str(path.relative_to(root))] = (hashlib.sha256(data).hexdigest(), text)
+    return snap
 
 
 def _kill_group(pgid: int) -> None:

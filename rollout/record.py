@@ -15,8 +15,9 @@ TOOL_CALL = {
     "id": Value("string"),
     "name": Value("string"),
     "arguments": Value("string"),
-    "valid": Value("bool"),
+    "valid": Value("bool"),  # well-formed: a known tool, arguments match its schema
     "error": Value("string"),
+    "failed": Value("bool"),  # well-formed, but the tool itself failed
     "output": Value("string"),
 }
 
@@ -61,6 +62,7 @@ FEATURES = Features({
         "tests_failed": Value("int32"),
         "output": Value("string"),
     },
+    "final_diff": Value("string"),  # what the session changed, as a unified diff
     "messages": List(MESSAGE),
     "turns": List(TURN),
     "num_turns": Value("int32"),

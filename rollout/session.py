@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from envs import Environment
+from envs import Environment, SandboxError
 from rollout.model_client import Completion, ContextFull, InfraError, ModelClient
 from rollout.record import flatten_turns
 
@@ -77,7 +77,11 @@ class Session:
     async def run(self) -> dict[str, Any]:
         start = time.perf_counter()
         status, stop_reason, error = "ok", "", ""
-        episode = await asyncio.to_thread(self.env.episode, self.job.task_id)
+        try:
+            episode = await asyncio.to_thread(self.env.episode, self.job.task_id)
+        except SandboxError as exc:
+            return self._record("infra_error", "error", str(exc), None,
+                                time.perf_counter() - start, 0.0)
         try:
             try:
                 while True:
@@ -127,7 +131,7 @@ class Session:
             result = await asyncio.to_thread(episode.call, fn["name"], fn["arguments"])
             calls.append({"id": call["id"], "name": fn["name"], "arguments": fn["arguments"],
                           "valid": result.error is None, "error": result.error or "",
-                          "output": result.output})
+                          "failed": result.failed, "output": result.output})
             self.messages.append({"role": "tool", "tool_call_id": call["id"],
                                   "content": result.output})
             submitted = submitted or result.submitted
@@ -160,6 +164,7 @@ class Session:
             "reward": score.reward if score else None,
             "reward_info": {"tests_total": score.tests_total, "tests_failed": score.tests_failed,
                             "output": score.output} if score else None,
+            "final_diff": score.diff if score else "",
             "messages": [_message_row(m) for m in self.messages],
             "turns": self.turns, "num_turns": len(self.turns), "num_tool_calls": len(calls),
             "num_invalid_tool_calls": sum(not c["valid"] for c in calls),

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import time
@@ -26,7 +27,8 @@ def measure(policy: SandboxPolicy, n: int) -> dict[str, float]:
     start_s, run_s, total_s = [], [], []
     for _ in range(n):
         t0 = time.perf_counter()
-        ws = Workspace(REPO / "repo", policy=policy)
+        ws = Workspace(lambda dest: shutil.copytree(REPO / "repo", dest, dirs_exist_ok=True),
+                       policy=policy)
         t1 = time.perf_counter()
         res = ws.run(["true"], 10, 100)
         t2 = time.perf_counter()

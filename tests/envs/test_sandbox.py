@@ -1,6 +1,7 @@
 """Hostile tool calls: each one fails or is cut off, the host is unharmed, the session says so."""
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -18,7 +19,7 @@ POLICY = SandboxPolicy(nprocs=32, file_size_mb=8, memory_mb=1024, cpu_s=10)
 
 @pytest.fixture
 def ws():
-    w = Workspace(REPO, policy=POLICY)
+    w = Workspace(lambda dest: shutil.copytree(REPO, dest, dirs_exist_ok=True), policy=POLICY)
     yield w
     w.close()
 

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import pytest
 
@@ -18,13 +19,14 @@ def test_task_is_valid(task_id):
     with ENV.episode(task_id) as ep:
         before = ep.score()
         assert before.reward == 0.0 and before.tests_failed > 0, before.output
-        for path in sorted(task.solution_dir.rglob("*.py")):
-            rel = str(path.relative_to(task.solution_dir))
-            result = ep.call("write_file", json.dumps({"path": rel, "content": path.read_text()}))
+        assert before.diff == ""
+        for rel, text in task.repo.reference_fix().items():
+            result = ep.call("write_file", json.dumps({"path": rel, "content": text}))
             assert result.ok and result.error is None, result.output
         after = ep.score()
         assert after.reward == 1.0 and after.tests_failed == 0, after.output
         assert after.tests_total == before.tests_total
+        assert after.diff.startswith("--- a/")
 
 
 def test_scoring_uses_a_fresh_copy():
@@ -35,19 +37,15 @@ def test_scoring_uses_a_fresh_copy():
 
 
 def test_bad_task_row_is_skipped_or_refused(tmp_path):
-    good = ENV.tasks["stack_pop"]
-    ok = tmp_path / "ok"
-    (ok / "repo").mkdir(parents=True)
-    (ok / "hidden").mkdir()
-    (ok / "task.json").write_text(json.dumps({"id": "ok", "statement": "s"}))
-    (ok / "hidden" / "test_h.py").write_text(good.hidden_tests()[0].read_text())
+    good = ENV.tasks["stack_pop"].repo.folder
+    shutil.copytree(good, tmp_path / "ok")
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "task.json").write_text(json.dumps({"id": "bad"}))
-    env = load(EnvConfig(tasks_dir=str(tmp_path)))
-    assert list(env.tasks) == ["ok"]
+    env = load(EnvConfig(tasks_path=str(tmp_path)))
+    assert list(env.tasks) == ["stack_pop"]
     with pytest.raises(EnvError, match="task bad: task.json lacks"):
-        load(EnvConfig(tasks_dir=str(tmp_path), on_bad_task="fail"))
+        load(EnvConfig(tasks_path=str(tmp_path), on_bad_task="fail"))
 
 
 def test_unknown_task_ids_are_refused():

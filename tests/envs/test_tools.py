@@ -21,6 +21,8 @@ def test_schemas_are_strict():
         params = fn["parameters"]
         assert params["additionalProperties"] is False
         assert sorted(params["required"]) == sorted(params["properties"])
+    assert [t["function"]["name"] for t in ENV.tools] == [
+        "bash", "read_file", "write_file", "str_replace", "search", "run_tests", "submit"]
 
 
 def test_bash_runs_in_the_workspace(episode):
@@ -28,14 +30,34 @@ def test_bash_runs_in_the_workspace(episode):
     assert out.ok and "stats.py" in out.output and str(episode.workspace.path) in out.output
 
 
+def _read(path, start=None, end=None):
+    return {"path": path, "start_line": start, "end_line": end}
+
+
 def test_read_and_write(episode):
-    assert "def mean" in episode.call("read_file", {"path": "stats.py"}).output
+    assert "def mean" in episode.call("read_file", _read("stats.py")).output
+    assert episode.call("read_file", _read("stats.py", 4, 5)).output.splitlines() == [
+        "     4  def mean(values):", "     5      values = list(values)"]
     episode.call("write_file", {"path": "new/x.txt", "content": "hi"})
     assert (episode.workspace.path / "new" / "x.txt").read_text() == "hi"
+    assert episode.workspace.changes().files == {"new/x.txt": "hi"}
+
+
+def test_str_replace_and_search(episode):
+    fix = {"path": "stats.py", "old_text": "(len(values) - 1)", "new_text": "len(values)"}
+    assert episode.call("str_replace", fix).output == "replaced 1 occurrence in stats.py"
+    again = episode.call("str_replace", fix)
+    assert again.ok and again.failed and "occurs 0 times" in again.output
+    assert "stats.py:8:" in episode.call("search", {"text": "sum(values) / len"}).output
+
+
+def test_missing_file_is_a_failed_call_not_a_malformed_one(episode):
+    result = episode.call("read_file", _read("nope.py"))
+    assert result.ok and result.failed and result.error is None
 
 
 def test_paths_outside_the_repo_are_refused(episode):
-    for name, args in (("read_file", {"path": "../../etc/passwd"}),
+    for name, args in (("read_file", _read("../../etc/passwd")),
                        ("write_file", {"path": "/tmp/escape.txt", "content": "x"})):
         result = episode.call(name, args)
         assert "outside the repository" in result.output
@@ -46,7 +68,8 @@ def test_paths_outside_the_repo_are_refused(episode):
     ("bash", "{not json", "not JSON"),
     ("bash", "{}", "'command' is a required property"),
     ("bash", json.dumps({"command": "ls", "extra": 1}), "Additional properties"),
-    ("read_file", json.dumps({"path": 3}), "is not of type 'string'"),
+    ("read_file", json.dumps({"path": 3, "start_line": None, "end_line": None}),
+     "is not of type 'string'"),
 ])
 def test_malformed_calls_are_data_not_crashes(episode, name, args, error):
     result = episode.call(name, args)

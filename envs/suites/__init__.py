@@ -1,0 +1,21 @@
+"""Task suites: each turns its own storage format into `Task`s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envs.task import EnvError, Task
+
+if TYPE_CHECKING:
+    from envs.environment import EnvConfig
+
+BUILTIN = Path(__file__).resolve().parents[1] / "tasks"
+
+
+def load_suite(cfg: EnvConfig) -> list[Task]:
+    if cfg.suite == "mini":
+        from envs.suites.mini import load_mini_suite
+
+        return load_mini_suite(Path(cfg.tasks_path or BUILTIN / cfg.name), cfg.on_bad_task)
+    raise EnvError(f"unknown env.suite {cfg.suite!r}; expected mini, stdlib or swebench")
