@@ -18,4 +18,10 @@ def load_suite(cfg: EnvConfig) -> list[Task]:
         from envs.suites.mini import load_mini_suite
 
         return load_mini_suite(Path(cfg.tasks_path or BUILTIN / cfg.name), cfg.on_bad_task)
+    if cfg.suite == "swebench":
+        from envs.suites.swebench import load_swebench
+
+        if not cfg.tasks_path:
+            raise EnvError("env.suite=swebench needs env.tasks_path (a .jsonl or .parquet file)")
+        return load_swebench(Path(cfg.tasks_path), cfg.on_bad_task)
     raise EnvError(f"unknown env.suite {cfg.suite!r}; expected mini, stdlib or swebench")
