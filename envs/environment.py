@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.sandbox import SandboxPolicy
+from envs.sandbox import SandboxFailure, SandboxPolicy
 from envs.scoring import Score, score_changes
 from envs.suites import load_suite
 from envs.task import EnvError, Task
@@ -56,7 +56,10 @@ class Episode:
                                task.repo.visible_test_argv(self.workspace.python()))
 
     def call(self, name: str, arguments: str | dict) -> ToolResult:
-        return self.toolbox.call(name, arguments)
+        try:
+            return self.toolbox.call(name, arguments)
+        except SandboxFailure as exc:
+            raise SandboxError(f"task {self.task.task_id}: sandbox failed: {exc}") from None
 
     def score(self) -> Score:
         return score_changes(self.task, self.workspace.changes(), self.env.scratch,

@@ -25,6 +25,10 @@ from pathlib import Path
 NOBODY = 65534
 
 
+class SandboxFailure(OSError):
+    """bubblewrap itself could not set the sandbox up: the harness failed, not the agent."""
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     isolate: bool = True  # false: plain subprocess in the folder (for debugging only)

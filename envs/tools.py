@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 
+from envs.sandbox import SandboxFailure
 from envs.workspace import Workspace, truncate
 
 
@@ -86,6 +87,8 @@ class ToolBox:
             return ToolResult(output=f"error: {exc}", ok=False, error=str(exc))
         try:
             return getattr(self, f"_{name}")(**args)
+        except SandboxFailure:
+            raise
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             return ToolResult(output=f"error: {exc}", ok=True, failed=True)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.sandbox import SandboxPolicy, give_to_sandbox, limit_child, wrap
+from envs.sandbox import SandboxFailure, SandboxPolicy, give_to_sandbox, limit_child, wrap
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,8 @@ class Workspace:
                 _kill_group(proc.pid)
                 proc.wait()
             text = _head_and_tail(out, max_output)
+        if self.policy.isolate and proc.returncode == 1 and text.startswith("bwrap: "):
+            raise SandboxFailure(text.strip().splitlines()[0])
         return CommandResult(None if timed_out else proc.returncode, text, timed_out)
 
     def python(self) -> str:

@@ -128,7 +128,10 @@ class Session:
         calls, submitted = [], False
         for call in done.tool_calls:
             fn = call["function"]
-            result = await asyncio.to_thread(episode.call, fn["name"], fn["arguments"])
+            try:
+                result = await asyncio.to_thread(episode.call, fn["name"], fn["arguments"])
+            except SandboxError as exc:
+                raise InfraError(str(exc)) from None
             calls.append({"id": call["id"], "name": fn["name"], "arguments": fn["arguments"],
                           "valid": result.error is None, "error": result.error or "",
                           "failed": result.failed, "output": result.output})
