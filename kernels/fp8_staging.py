@@ -17,13 +17,14 @@ from kernels.triton_codecs import NVFP4, load_latent_tile
 
 @triton.jit
 def _gather_kernel(
-    cache_ptr, idx_ptr, stage_ptr, stage_idx_ptr, inv_scale, n, BLOCK_R: tl.constexpr
-):
+    cache_ptr, idx_ptr, stage_ptr, stage_idx_ptr, inv_scale, n, BLOCK_R: tl.constexpr,
+    ASM: tl.constexpr
+):  # fmt: skip
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = r < n
     idx = tl.load(idx_ptr + r, mask=rmask, other=-1)
     valid = idx >= 0
-    lo, hi, rope = load_latent_tile(cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32)
+    lo, hi, rope = load_latent_tile(cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32, ASM)
     lat = tl.reshape(tl.join(lo, hi), (BLOCK_R, 512))  # back to dims 0, 1, 2, ...
     lat = tl.minimum(tl.maximum(lat * inv_scale, -448.0), 448.0).to(tl.float8e4nv)
     rope = tl.minimum(tl.maximum(rope * inv_scale, -448.0), 448.0).to(tl.float8e4nv)
@@ -57,8 +58,8 @@ def staged_decode(
     stage_idx = torch.empty_like(indices)
     block_r = 16
     _gather_kernel[(triton.cdiv(n, block_r),)](
-        cache, indices, stage, stage_idx, 1.0 / stage_scale, n, BLOCK_R=block_r, num_warps=4
-    )
+        cache, indices, stage, stage_idx, 1.0 / stage_scale, n, BLOCK_R=block_r,
+        ASM=q.is_cuda, num_warps=4)  # fmt: skip
     return sparse_mla_decode(
         q,
         stage[:n].view(n, 1, KV_DIM),

@@ -27,13 +27,14 @@ class DecodeConfig:
     num_warps: int = 8
     num_stages: int = 2
     programs_per_sm: int = 1  # auto splits aim at this many programs per SM
+    asm_e2m1: bool = True  # inline-PTX E2M1 decoder (CUDA only; the interpreter cannot run it)
 
 
 def default_config(num_heads: int) -> DecodeConfig:
     """Configs that compile without register spills for sm_90 (checked with ptxas -v)."""
     if num_heads <= 16:
-        return DecodeConfig(block_h=16, block_t=32)
-    return DecodeConfig(block_h=64, block_t=32)
+        return DecodeConfig(block_h=16, block_t=32, num_warps=4)
+    return DecodeConfig(block_h=64, block_t=64)
 
 
 @triton.jit
@@ -61,6 +62,7 @@ def _split_kernel(
     BLOCK_T: tl.constexpr,
     DOT: tl.constexpr,
     DIRECT: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     b = tl.program_id(0)
     split = tl.program_id(1)
@@ -75,9 +77,18 @@ def _split_kernel(
         dim_a = d
         dim_b = d + 256
     qrow = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
-    q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(DOT)
-    q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(DOT)
-    q_r = tl.load(qrow + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0).to(DOT)
+    q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(tl.float32)
+    q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(tl.float32)
+    q_r = tl.load(qrow + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0)
+    q_r = q_r.to(tl.float32)
+    # A power of two that brings max|q| to 2**14: bf16 q then fits an fp16 MMA operand exactly
+    # (but for components 2**28 below the largest); the scores take it back.
+    q_max = tl.maximum(tl.max(tl.abs(q_a)), tl.maximum(tl.max(tl.abs(q_b)), tl.max(tl.abs(q_r))))
+    q_up = tl.exp2(14.0 - tl.ceil(tl.log2(tl.maximum(q_max, 1e-30))))
+    q_a = (q_a * q_up).to(DOT)
+    q_b = (q_b * q_up).to(DOT)
+    q_r = (q_r * q_up).to(DOT)
+    qk_scale = qk_scale / q_up
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -89,7 +100,7 @@ def _split_kernel(
         t = t0 + tl.arange(0, BLOCK_T)
         idx = tl.load(idx_ptr + b.to(tl.int64) * stride_ib + t, mask=t < end, other=-1)
         valid = idx >= 0
-        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT)
+        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT, ASM)
         s = tl.dot(q_a, tl.trans(k_a))
         s = tl.dot(q_b, tl.trans(k_b), s)
         s = tl.dot(q_r, tl.trans(k_r), s)
@@ -174,8 +185,10 @@ def sparse_mla_decode(
     """q [B, H, 576], cache [blocks, block_size, row] (NVFP4 or FP8), indices [B, topk] int32
     flat slots (-1 = padding) -> (out [B, H, 512] bf16, lse [B, H] fp32, natural log).
 
-    `kv_scale` is FP8's per-tensor scale. `dot_dtype` is the MMA input type: bf16 on the GPU;
-    tests in the CPU interpreter pass float32 (its bf16 dot is broken).
+    `kv_scale` is FP8's per-tensor scale. `dot_dtype` is the MMA input type: fp16 on the GPU
+    (dequantized NVFP4 and FP8 values are exact in fp16; q is rescaled by a power of two to fit,
+    and p gets 3 more mantissa bits than bf16), float32 in the CPU interpreter (default there;
+    its bf16 dot is broken).
     """
     assert fmt in (KVFormat.NVFP4, KVFormat.FP8), fmt
     bsz, num_heads, dim = q.shape
@@ -199,12 +212,13 @@ def sparse_mla_decode(
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     v_scale = kv_scale if fmt == KVFormat.FP8 else 1.0
-    dot = _TL_DTYPE[dot_dtype or (torch.bfloat16 if q.is_cuda else torch.float32)]
+    dot = _TL_DTYPE[dot_dtype or (torch.float16 if q.is_cuda else torch.float32)]
     _split_kernel[(bsz, nsplit, head_blocks)](
         q, cache, indices, opart, lpart, out, lse, sm_scale * v_scale * math.log2(math.e),
         v_scale, num_heads, topk, split_len, q.stride(0), q.stride(1), indices.stride(0),
         out.stride(0), out.stride(1), FMT=FORMAT_ID[fmt], ROW=ROW_BYTES[fmt],
         BLOCK_H=cfg.block_h, BLOCK_T=cfg.block_t, DOT=dot, DIRECT=direct,
+        ASM=cfg.asm_e2m1 and q.is_cuda and fmt == KVFormat.NVFP4,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
     if not direct:
         _combine_kernel[(bsz, num_heads)](

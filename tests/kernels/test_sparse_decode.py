@@ -2,6 +2,7 @@
 and a poisoned (NaN) slot 0 that padding must never read."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ pytest.importorskip("triton")
 
 from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat, quantize_rows  # noqa: E402
 from kernels.ref_decode import sparse_mla_decode_ref  # noqa: E402
-from kernels.sparse_decode import DecodeConfig, sparse_mla_decode  # noqa: E402
+from kernels.sparse_decode import DecodeConfig, default_config, sparse_mla_decode  # noqa: E402
 from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: E402
 
 
@@ -59,3 +60,9 @@ def test_matches_reference_small(fmt: KVFormat, splits: int, gen: torch.Generato
 @pytest.mark.parametrize("heads", [16, 64, 128])
 def test_matches_reference_glm_shapes(fmt: KVFormat, heads: int, gen: torch.Generator) -> None:
     _check(fmt, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=None, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_portable_decoder_matches_on_gpu(gen: torch.Generator) -> None:
+    cfg = replace(default_config(64), asm_e2m1=False)
+    _check(KVFormat.NVFP4, bsz=4, heads=64, topk=512, pool=1 << 14, gen=gen, config=cfg, rtol=2e-2)
