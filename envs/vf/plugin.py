@@ -1,0 +1,11 @@
+"""What verifiers loads by taskset id: exactly one Taskset, Harness and Env, via `__all__`.
+
+`vf-eval <id>` imports the module named by the id; verifiers 0.4.0 cannot import a dotted id
+(`envs.vf.plugin`), so a top-level module re-exporting this one is the id (see the README).
+"""
+
+from envs.vf.harness import LocalChatHarness
+from envs.vf.local_env import LocalEnv
+from envs.vf.taskset import RollfleetTaskset
+
+__all__ = ["LocalChatHarness", "LocalEnv", "RollfleetTaskset"]
