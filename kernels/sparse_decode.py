@@ -157,10 +157,14 @@ def _combine_kernel(
     w = tl.exp2(lse2 - m_use)
     total = tl.sum(w, axis=0)
     e = tl.arange(0, 512)
+    c = tl.arange(0, 16)
     o = tl.zeros([512], tl.float32)
-    for i in range(nsplit):  # one split at a time: [splits, 512] would not fit in registers
-        p = (b * nsplit + i).to(tl.int64) * H + h
-        o += tl.exp2(tl.load(lpart_ptr + p) - m_use) * tl.load(opart_ptr + p * 512 + e)
+    for s0 in range(0, nsplit, 16):  # 16 splits a step: loads in flight, registers bounded
+        cmask = s0 + c < nsplit
+        p = (b * nsplit + s0 + c).to(tl.int64) * H + h
+        wc = tl.exp2(tl.load(lpart_ptr + p, mask=cmask, other=float("-inf")) - m_use)
+        oc = tl.load(opart_ptr + p[:, None] * 512 + e[None, :], mask=cmask[:, None], other=0.0)
+        o += tl.sum(wc[:, None] * oc, axis=0)
     empty = total == 0
     total = tl.where(empty, 1.0, total)
     o = o * (v_scale / total)
@@ -223,7 +227,7 @@ def sparse_mla_decode(
     if not direct:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, v_scale, num_heads, nsplit, out.stride(0), out.stride(1),
-            FMT=FORMAT_ID[fmt], BLOCK_S=triton.next_power_of_2(nsplit), num_warps=4)  # fmt: skip
+            FMT=FORMAT_ID[fmt], BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip
     return out, lse
 
 

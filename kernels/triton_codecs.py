@@ -127,10 +127,10 @@ def load_latent_tile(
     row = cache_ptr + idx.to(tl.int64) * ROW
     m = valid[:, None]
     if FMT == NVFP4:
-        byte = tl.arange(0, 256)[None, :]
-        packed = tl.load(row[:, None] + byte, mask=m, other=0)
-        sc = tl.load(row[:, None] + 320 + byte // 8, mask=m, other=0)  # byte i: values 2i, 2i+1
-        sc = sc.to(tl.float8e4nv, bitcast=True)
+        packed = tl.load(row[:, None] + tl.arange(0, 256)[None, :], mask=m, other=0)
+        sc = tl.load(row[:, None] + 320 + tl.arange(0, 32)[None, :], mask=m, other=0)
+        sc = sc.to(tl.float8e4nv, bitcast=True)  # scale j: bytes 8j..8j+7 (values 16j..16j+15)
+        sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, 32, 8)), (BLOCK_T, 256))
         if ASM:
             lat_a, lat_b = e2m1_pairs_asm(packed, sc.to(tl.float16))
             lat_a = lat_a.to(DOT)

@@ -55,6 +55,12 @@ def test_matches_reference_small(fmt: KVFormat, splits: int, gen: torch.Generato
     _check(fmt, bsz=3, heads=20, topk=96, pool=64, gen=gen, config=cfg, rtol=1e-2)
 
 
+def test_combine_merges_many_splits(gen: torch.Generator) -> None:
+    # 20 splits of 16 slots: the combine kernel walks them 16 at a time.
+    cfg = DecodeConfig(block_h=16, block_t=16, num_splits=20, num_warps=4)
+    _check(KVFormat.NVFP4, bsz=2, heads=16, topk=320, pool=64, gen=gen, config=cfg, rtol=1e-2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
 @pytest.mark.parametrize("heads", [16, 64, 128])
