@@ -130,13 +130,14 @@ def load_latent_tile(
         packed = tl.load(row[:, None] + tl.arange(0, 256)[None, :], mask=m, other=0)
         sc = tl.load(row[:, None] + 320 + tl.arange(0, 32)[None, :], mask=m, other=0)
         sc = sc.to(tl.float8e4nv, bitcast=True)  # scale j: bytes 8j..8j+7 (values 16j..16j+15)
+        # convert the 32 scales of a row first, then give each of its 256 bytes its own
+        sc = sc.to(tl.float16) if ASM else sc.to(tl.float32) * 16384.0
         sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, 32, 8)), (BLOCK_T, 256))
         if ASM:
-            lat_a, lat_b = e2m1_pairs_asm(packed, sc.to(tl.float16))
+            lat_a, lat_b = e2m1_pairs_asm(packed, sc)
             lat_a = lat_a.to(DOT)
             lat_b = lat_b.to(DOT)
         else:
-            sc = sc.to(tl.float32) * 16384.0
             lat_a = (e2m1_scaled_down(packed & 15) * sc).to(DOT)
             lat_b = (e2m1_scaled_down(packed >> 4) * sc).to(DOT)
         rope_off = 256

@@ -310,12 +310,35 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def profile_run(heads: int, bsz: int, topk: int = 2048, pool_n: int = 1 << 20) -> None:
+    """Launches to look at under a profiler: default configs, nothing else."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    kv = heavy_tailed((pool_n, KV_DIM), gen)
+    idx = torch.randint(0, pool_n, (bsz, topk), generator=gen, device="cuda", dtype=torch.int32)
+    q = logit_scaled_q(bsz, heads, kv, SM_SCALE, gen)
+    for fmt in (KVFormat.NVFP4, KVFormat.FP8):
+        cache = torch.empty(pool_n // 64, 64, ROW_BYTES[fmt], dtype=torch.uint8, device="cuda")
+        write_kv_cache(kv, torch.arange(pool_n, device="cuda"), cache, fmt)
+        for _ in range(3):
+            sparse_mla_decode(q, cache, idx, fmt, SM_SCALE)
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CPU interpreter)")
     ap.add_argument("--budget-s", type=float, default=420, help="stop trying configs after this")
+    ap.add_argument(
+        "--profile",
+        nargs=2,
+        type=int,
+        metavar=("H", "B"),
+        help="only run NVFP4 then FP8 decode 3 times each at one shape, for ncu",
+    )
     args = ap.parse_args()
+    if args.profile:
+        return profile_run(*args.profile)
     t0 = time.time()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gen = torch.Generator(device=dev)
