@@ -30,11 +30,12 @@ class DecodeConfig:
     asm_e2m1: bool = True  # inline-PTX E2M1 decoder (CUDA only; the interpreter cannot run it)
 
 
-def default_config(num_heads: int) -> DecodeConfig:
-    """Configs that compile without register spills for sm_90 (checked with ptxas -v)."""
+def default_config(num_heads: int, fmt: KVFormat) -> DecodeConfig:
+    """The fastest of scripts/bench_kernels.py's candidates on the H200 (kernels/README.md)."""
+    nvfp4 = fmt == KVFormat.NVFP4
     if num_heads <= 16:
-        return DecodeConfig(block_h=16, block_t=32, num_warps=4)
-    return DecodeConfig(block_h=64, block_t=64)
+        return DecodeConfig(16, 32, num_warps=4, num_stages=1 if nvfp4 else 3, programs_per_sm=2)
+    return DecodeConfig(64, 64, num_warps=8, num_stages=3 if nvfp4 else 1)
 
 
 @triton.jit
@@ -202,7 +203,7 @@ def sparse_mla_decode(
     assert out is None or (out.dtype == torch.bfloat16 and out.stride(-1) == 1)
     assert lse is None or lse.is_contiguous()
     topk = indices.shape[1]
-    cfg = config or default_config(num_heads)
+    cfg = config or default_config(num_heads, fmt)
     head_blocks = triton.cdiv(num_heads, cfg.block_h)
     nsplit = cfg.num_splits or _auto_splits(q.device, bsz * head_blocks, cfg.programs_per_sm)
     split_len = triton.cdiv(triton.cdiv(topk, nsplit), cfg.block_t) * cfg.block_t

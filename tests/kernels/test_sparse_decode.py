@@ -70,5 +70,5 @@ def test_matches_reference_glm_shapes(fmt: KVFormat, heads: int, gen: torch.Gene
 
 @pytest.mark.gpu
 def test_portable_decoder_matches_on_gpu(gen: torch.Generator) -> None:
-    cfg = replace(default_config(64), asm_e2m1=False)
+    cfg = replace(default_config(64, KVFormat.NVFP4), asm_e2m1=False)
     _check(KVFormat.NVFP4, bsz=4, heads=64, topk=512, pool=1 << 14, gen=gen, config=cfg, rtol=2e-2)
