@@ -53,7 +53,7 @@ class RollfleetTask(vf.Task[RollfleetData, WorkspaceState, RollfleetTaskConfig])
             raise RuntimeError(score.infra_error)
         trace.record_metrics({"tests_total": score.tests_total,
                               "tests_failed": score.tests_failed})
-        trace.info["hidden_tests"] = {"output": score.output, "diff": score.diff}
+        trace.info.update(diff=score.diff, hidden_tests_output=score.output)
         return score.reward
 
     def _score(self, state: WorkspaceState) -> Score:
