@@ -41,7 +41,8 @@ class VerifiersEnvironment:
         self.ctx = vf.ModelContext(model=cfg.name, client=NO_MODEL)
         first = next(iter(self.tasks.values()))
         self.shared_toolsets = type(taskset).toolsets(taskset.config)
-        self.specs = list_tools([*self.shared_toolsets, *first.toolsets(first.config)])
+        self.specs = list_tools([*self.shared_toolsets, *first.toolsets(first.config)],
+                                cfg.max_file_chars)
         self.tools = [spec.schema for spec in self.specs.values()]
         self.loop = BackgroundLoop(f"vf-{cfg.name}")
         self._shared: dict[str, SharedToolServer] | None = None

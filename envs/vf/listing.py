@@ -15,7 +15,8 @@ from envs.task import EnvError
 from envs.vf.schemas import ToolSpec, tool_spec
 
 
-def list_tools(toolsets: list[vf.Toolset]) -> dict[str, ToolSpec]:
+def list_tools(toolsets: list[vf.Toolset], max_string: int) -> dict[str, ToolSpec]:
+    """Every toolset's tools by the name the model calls; see `tool_spec` for `max_string`."""
     specs: dict[str, ToolSpec] = {}
     for toolset in toolsets:
         manager = ToolManager()
@@ -26,7 +27,7 @@ def list_tools(toolsets: list[vf.Toolset]) -> dict[str, ToolSpec]:
                            f"running it: {exc}") from None
         for tool in manager.list_tools():
             spec = tool_spec(toolset.server_name, tool.name, tool.description or "",
-                             tool.parameters)
+                             tool.parameters, max_string)
             if spec.name in specs:
                 raise EnvError(f"two tool servers offer a tool named {spec.name!r}")
             specs[spec.name] = spec

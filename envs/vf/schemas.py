@@ -2,9 +2,12 @@
 
 Strict mode wants every property required and no others. An optional parameter becomes a
 required, nullable one, and a null for it is dropped before the call, so the tool server uses its
-own default. Schemas with nested objects or references stay as the server gave them (not strict).
-Names follow verifiers' own harnesses: `<server>_<tool>`, or the bare tool name for a server
-without a prefix.
+own default. The rollout job's tool-call grammar bounds the length of every value, so a union of
+plain types (`anyOf`, as pydantic writes `int | None`) becomes one typed schema, numbers without
+a range get a 32-bit one and strings without a maximum length get `max_string`; pydantic's
+generated titles are dropped. Schemas with nested objects or references stay as the server gave
+them (not strict). Names follow verifiers' own harnesses: `<server>_<tool>`, or the bare tool
+name for a server without a prefix.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import jsonschema
 
 from envs.tools import ToolCallError
+
+INT_RANGE = {"minimum": -(2**31 - 1), "maximum": 2**31 - 1}
 
 
 @dataclass(frozen=True)
@@ -42,16 +47,18 @@ class ToolSpec:
         return {k: v for k, v in raw.items() if not (v is None and k in self.optional)}
 
 
-def tool_spec(server: str, tool: str, description: str, input_schema: dict) -> ToolSpec:
+def tool_spec(server: str, tool: str, description: str, input_schema: dict,
+              max_string: int) -> ToolSpec:
     name = f"{server}_{tool}" if server else tool
-    parameters, optional, strict = strict_parameters(input_schema)
+    parameters, optional, strict = strict_parameters(input_schema, max_string)
     function: dict[str, Any] = {"name": name, "description": description, "parameters": parameters}
     if strict:
         function["strict"] = True
     return ToolSpec(name, server, tool, {"type": "function", "function": function}, optional)
 
 
-def strict_parameters(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str], bool]:
+def strict_parameters(schema: dict[str, Any],
+                      max_string: int) -> tuple[dict[str, Any], frozenset[str], bool]:
     """(parameters, optional names made nullable, whether the result is strict-mode ready)."""
     schema = copy.deepcopy(schema)
     properties = schema.get("properties", {})
@@ -59,13 +66,46 @@ def strict_parameters(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset
         return schema, frozenset(), False
     required = set(schema.get("required", []))
     optional = frozenset(name for name in properties if name not in required)
-    for name in optional:
-        properties[name].pop("default", None)
-        properties[name] = _nullable(properties[name])
+    for name, prop in properties.items():
+        prop = _merged(prop)
+        prop.pop("title", None)
+        if name in optional:
+            prop.pop("default", None)
+            prop = _nullable(prop)
+        properties[name] = _bounded(prop, max_string)
+    schema.pop("title", None)
     schema["properties"] = properties
     schema["required"] = list(properties)
     schema["additionalProperties"] = False
     return schema, optional, True
+
+
+def _merged(prop: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf` of plain, distinct types as one schema with a type list. Lossless: each type's
+    keywords (`maximum`, `maxLength`, ...) only ever apply to values of that type."""
+    branches = prop.get("anyOf")
+    if not branches or not all(isinstance(b.get("type"), str) for b in branches):
+        return prop
+    kinds = [b["type"] for b in branches]
+    keys = [k for b in branches for k in b if k != "type"]
+    if len(set(kinds)) < len(kinds) or len(set(keys)) < len(keys) or "enum" in keys:
+        return prop
+    merged = {k: v for k, v in prop.items() if k != "anyOf"}
+    for branch in branches:
+        merged.update({k: v for k, v in branch.items() if k != "type"})
+    merged["type"] = kinds[0] if len(kinds) == 1 else kinds
+    return merged
+
+
+def _bounded(prop: dict[str, Any], max_string: int) -> dict[str, Any]:
+    """Numbers get a 32-bit range and strings `max_string`, unless they declare their own."""
+    kinds = prop.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "integer" in kinds or "number" in kinds:
+        prop = {**INT_RANGE, **prop}
+    if "string" in kinds and "enum" not in prop:
+        prop = {"maxLength": max_string, **prop}
+    return prop
 
 
 def _nullable(prop: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 verifiers starts one server process per rollout (`python -m envs.vf.toolset`). The server opens
 an `Episode` of our environment for the rollout's task, runs each call through `Episode.call`,
 and publishes the workspace's changes in the rollout state, so the reward can score them after
-the server is gone.
+the server is gone. Tool names, descriptions and limits are those of `envs.tools.tool_schemas`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import atexit
 import verifiers.v1 as vf
 
 from envs.environment import EnvConfig, Episode
+from envs.tools import tool_schemas
+from envs.vf.limits import LimitedTools
 from envs.vf.registry import environment_for
 from envs.vf.state import WorkspaceState
 
@@ -29,6 +31,11 @@ class WorkspaceToolset(vf.Toolset[WorkspaceToolsConfig, WorkspaceState]):
         super().__init__(config)
         self._episode: Episode | None = None
 
+    def register(self, mcp: object) -> None:
+        env = self.config.env
+        super().register(LimitedTools(mcp, tool_schemas(env.max_command_chars,
+                                                        env.max_file_chars)))
+
     async def setup_task(self, task: vf.TaskData) -> None:
         env = environment_for(self.config.env)
         self._episode = await asyncio.to_thread(env.episode, task.id)
@@ -36,39 +43,32 @@ class WorkspaceToolset(vf.Toolset[WorkspaceToolsConfig, WorkspaceState]):
 
     @vf.tool
     async def bash(self, command: str) -> str:
-        """Run a shell command in the repository root and return its output."""
         return await self._call("bash", command=command)
 
     @vf.tool
     async def read_file(self, path: str, start_line: int | None = None,
                         end_line: int | None = None) -> str:
-        """Return lines start_line..end_line (1-based, inclusive; null: start/end), numbered."""
         return await self._call("read_file", path=path, start_line=start_line,
                                 end_line=end_line)
 
     @vf.tool
     async def write_file(self, path: str, content: str) -> str:
-        """Create a file, or replace its whole content."""
         return await self._call("write_file", path=path, content=content)
 
     @vf.tool
     async def str_replace(self, path: str, old_text: str, new_text: str) -> str:
-        """Replace the one occurrence of old_text in a file with new_text."""
         return await self._call("str_replace", path=path, old_text=old_text, new_text=new_text)
 
     @vf.tool
     async def search(self, text: str) -> str:
-        """List the lines of the repository's files that contain a text."""
         return await self._call("search", text=text)
 
     @vf.tool
     async def run_tests(self) -> str:
-        """Run the repository's visible tests and return the report."""
         return await self._call("run_tests")
 
     @vf.tool
     async def submit(self) -> str:
-        """Finish: your changes are graded by hidden tests."""
         return await self._call("submit")
 
     async def _call(self, name: str, **arguments: object) -> str:
