@@ -26,6 +26,7 @@ class RolloutConfig:
     top_p: float = 1.0
     tool_choice: str = "required"
     parallel_tool_calls: bool = False
+    tool_constraint: str = "project"  # project | stock
     workers: int = 2
     sessions_per_worker: int = 4
     worker_num_cpus: float = 0.25

@@ -11,6 +11,8 @@ from typing import Any
 
 from datasets import Features, List, Value
 
+from serving import ISSUE_KINDS
+
 TOOL_CALL = {
     "id": Value("string"),
     "name": Value("string"),
@@ -18,6 +20,7 @@ TOOL_CALL = {
     "valid": Value("bool"),  # well-formed: a known tool, arguments match its schema
     "error": Value("string"),
     "failed": Value("bool"),  # well-formed, but the tool itself failed
+    "issues": List(Value("string")),  # malformed, unknown_tool, missing_argument, ...
     "output": Value("string"),
 }
 
@@ -29,7 +32,9 @@ TURN = {
     "finish_reason": Value("string"),
     "content": Value("string"),
     "tool_calls": List(TOOL_CALL),
-    "constraint": Value("string"),
+    "constraint": Value("string"),  # the grammar the turn was sampled under
+    "issues": List(Value("string")),  # turn-level: cut_off, subtoken_markup
+    "dropped_calls": Value("int32"),  # calls in the sampled text the server's parser dropped
     "prompt_tokens": Value("int32"),
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),
@@ -68,6 +73,7 @@ FEATURES = Features({
     "num_turns": Value("int32"),
     "num_tool_calls": Value("int32"),
     "num_invalid_tool_calls": Value("int32"),
+    "tool_call_issues": {k: Value("int32") for k in (*ISSUE_KINDS, "dropped", "failed")},
     "prompt_tokens": Value("int32"),
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),

@@ -35,7 +35,7 @@ from rollout.config import (
     project_root,
     typed,
 )
-from rollout.model_client import SamplingConfig
+from rollout.model_client import ModelClient, SamplingConfig
 from rollout.scheduler import Scheduler
 from rollout.session import Job, SessionLimits
 from rollout.sink import RecordSink
@@ -93,6 +93,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         with Cluster(serving, model, run_dir, cache_dir) as endpoint:
             if model.path is None:
                 provenance["model_path"] = f"embedded:{endpoint.model}"
+            sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
+                                      rollout.parallel_tool_calls, rollout.tool_constraint)
+            try:
+                ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
             ray.init(num_cpus=max(1, round(rollout.workers * rollout.worker_num_cpus + 0.5)),
                      include_dashboard=False,
                      logging_level=logging.WARNING,
@@ -100,8 +106,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             signal.signal(signal.SIGTERM, _terminate)  # ray.init installs its own handler
             try:
                 worker_cls = remote_worker(rollout.sessions_per_worker, rollout.worker_num_cpus)
-                sampling = SamplingConfig(rollout.temperature, rollout.top_p,
-                                          rollout.tool_choice, rollout.parallel_tool_calls)
                 limits = SessionLimits(rollout.max_turns, rollout.max_tokens_per_turn,
                                        rollout.max_total_tokens)
                 scheduler = Scheduler(

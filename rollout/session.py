@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs import Environment, SandboxError
-from rollout.model_client import Completion, ContextFull, InfraError, ModelClient
+from rollout.model_client import (
+    CallBudgetExhausted,
+    Completion,
+    ContextFull,
+    InfraError,
+    ModelClient,
+)
 from rollout.record import flatten_turns
+from serving import ISSUE_KINDS
 
 NO_CALL_NUDGE = "No valid tool call was found in your reply. Reply with exactly one tool call."
 
@@ -115,6 +122,8 @@ class Session:
                                               session_id=f"{self.run_id}:{self.job.rollout_id}")
         except ContextFull:
             raise ContextLimit() from None
+        except CallBudgetExhausted:  # a call that could not finish is never started
+            raise TokenLimit() from None
         self.model_s += done.latency_s
         self.messages.append(done.assistant_message())
         calls, submitted, tool_s = await self._run_tools(episode, done)
@@ -126,7 +135,8 @@ class Session:
     async def _run_tools(self, episode, done: Completion) -> tuple[list[dict], bool, float]:
         start = time.perf_counter()
         calls, submitted = [], False
-        for call in done.tool_calls:
+        for call, issues in zip(done.tool_calls, done.call_issues or [[]] * len(done.tool_calls),
+                                strict=True):
             fn = call["function"]
             try:
                 result = await asyncio.to_thread(episode.call, fn["name"], fn["arguments"])
@@ -134,7 +144,7 @@ class Session:
                 raise InfraError(str(exc)) from None
             calls.append({"id": call["id"], "name": fn["name"], "arguments": fn["arguments"],
                           "valid": result.error is None, "error": result.error or "",
-                          "failed": result.failed, "output": result.output})
+                          "failed": result.failed, "issues": issues, "output": result.output})
             self.messages.append({"role": "tool", "tool_call_id": call["id"],
                                   "content": result.output})
             submitted = submitted or result.submitted
@@ -149,7 +159,8 @@ class Session:
             "completion_token_ids": done.completion_token_ids,
             "completion_logprobs": done.completion_logprobs,
             "finish_reason": done.finish_reason, "content": done.content, "tool_calls": calls,
-            "constraint": self.client.constraint(), "prompt_tokens": done.prompt_tokens,
+            "constraint": done.constraint, "issues": done.turn_issues,
+            "dropped_calls": done.dropped_calls, "prompt_tokens": done.prompt_tokens,
             "completion_tokens": done.completion_tokens, "cached_tokens": done.cached_tokens,
             "engine_id": done.engine_id, "seed": seed, "latency_s": done.latency_s,
             "tool_s": tool_s,
@@ -171,6 +182,7 @@ class Session:
             "messages": [_message_row(m) for m in self.messages],
             "turns": self.turns, "num_turns": len(self.turns), "num_tool_calls": len(calls),
             "num_invalid_tool_calls": sum(not c["valid"] for c in calls),
+            "tool_call_issues": _issue_counts(self.turns),
             "prompt_tokens": sum(t["prompt_tokens"] for t in self.turns),
             "completion_tokens": sum(t["completion_tokens"] for t in self.turns),
             "cached_tokens": sum(t["cached_tokens"] for t in self.turns),
@@ -185,3 +197,17 @@ def _message_row(msg: dict[str, Any]) -> dict[str, Any]:
     return {"role": msg["role"], "content": msg.get("content") or "",
             "tool_calls": json.dumps(msg["tool_calls"]) if msg.get("tool_calls") else "",
             "tool_call_id": msg.get("tool_call_id", "")}
+
+
+def _issue_counts(turns: list[dict[str, Any]]) -> dict[str, int]:
+    """Per rollout: calls with each kind of problem, calls the parser dropped, tools that failed."""
+    counts = dict.fromkeys(ISSUE_KINDS, 0) | {"dropped": 0, "failed": 0}
+    for turn in turns:
+        counts["dropped"] += turn["dropped_calls"]
+        for kind in turn["issues"]:
+            counts[kind] += 1
+        for call in turn["tool_calls"]:
+            counts["failed"] += call["failed"]
+            for kind in call["issues"]:
+                counts[kind] += 1
+    return counts

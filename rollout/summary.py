@@ -8,11 +8,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from serving import ISSUE_KINDS
+
 
 def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     status = Counter(r["status"] for r in records)
-    scored = [r["reward"] for r in records if r["reward"] is not None]
-    completion = sum(r["completion_tokens"] or 0 for r in records)
+    scored = [r["reward"] for r in records if r.get("reward") is not None]
+    completion = sum(r.get("completion_tokens") or 0 for r in records)
     return {
         "tasks": len({r["task_id"] for r in records}),
         "rollouts": len(records),
@@ -20,14 +22,16 @@ def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "truncated": status["truncated"],
         "infra_error": status["infra_error"],
         "mean_reward": sum(scored) / len(scored) if scored else 0.0,
-        "turns": sum(r["num_turns"] or 0 for r in records),
-        "tool_calls": sum(r["num_tool_calls"] or 0 for r in records),
-        "invalid_tool_calls": sum(r["num_invalid_tool_calls"] or 0 for r in records),
-        "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in records),
+        "turns": sum(r.get("num_turns") or 0 for r in records),
+        "tool_calls": sum(r.get("num_tool_calls") or 0 for r in records),
+        "invalid_tool_calls": sum(r.get("num_invalid_tool_calls") or 0 for r in records),
+        "prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in records),
         "completion_tokens": completion,
-        "cached_tokens": sum(r["cached_tokens"] or 0 for r in records),
+        "cached_tokens": sum(r.get("cached_tokens") or 0 for r in records),
         "completion_tokens_per_s": completion / wall_s if wall_s > 0 else 0.0,
         "wall_s": wall_s,
+        **{f"calls_{kind}": sum((r.get("tool_call_issues") or {}).get(kind, 0) for r in records)
+           for kind in ISSUE_KINDS + ("dropped", "failed")},
     }
 
 

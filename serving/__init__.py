@@ -3,6 +3,19 @@
 from serving.cluster import Cluster, resolve_model_dir
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
+from serving.toolcall import (
+    ISSUE_KINDS,
+    MARKUP_TOKENS,
+    CallTooLong,
+    ParsedTurn,
+    ToolCallGrammar,
+    build_grammar,
+    check_call,
+    parse_glm,
+)
 
-__all__ = ["Cluster", "Endpoint", "ModelConfig", "ServingConfig", "ServingError",
-           "resolve_model_dir"]
+__all__ = [
+    "ISSUE_KINDS", "MARKUP_TOKENS", "CallTooLong", "Cluster", "Endpoint", "ModelConfig",
+    "ParsedTurn", "ServingConfig", "ServingError", "ToolCallGrammar", "build_grammar", "check_call",
+    "parse_glm", "resolve_model_dir",
+]

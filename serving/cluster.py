@@ -10,6 +10,7 @@ import httpx
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
 from serving.tiny_model import ensure_tiny_glm
+from serving.toolcall import SPECIAL_TOKENS
 from serving.vllm_engine import VllmEngine
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,26 @@ def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
     if not (path / "config.json").is_file():
         raise ServingError(f"model path {path} has no config.json; is it a model folder?")
     return path
+
+
+def markup_token_ids(root_url: str, model: str,
+                     headers: dict[str, str] | None = None) -> dict[str, int]:
+    """Ask the server's /tokenize which single token each tool-call markup string is.
+
+    Markup that is not one token (or a server without /tokenize) is left out: the project's
+    tool-call grammar then refuses to build, with the missing markup named.
+    """
+    ids: dict[str, int] = {}
+    for text in SPECIAL_TOKENS:
+        try:
+            resp = httpx.post(f"{root_url}/tokenize", headers=headers, timeout=10.0,
+                              json={"model": model, "prompt": text, "add_special_tokens": False})
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            tokens = None
+        if tokens and len(tokens) == 1:
+            ids[text] = tokens[0]
+    return ids
 
 
 class Cluster:
@@ -63,6 +84,7 @@ class Cluster:
                  model_dir)
         engine.start()
         return Endpoint(
+            markup_token_ids=markup_token_ids(engine.base_url, self.model.name),
             base_url=f"{engine.base_url}/v1", model=self.model.name,
             token_ids="vllm", enable_thinking=self.model.enable_thinking,
             request_timeout_s=self.serving.request_timeout_s,
@@ -86,7 +108,9 @@ class Cluster:
         if served and self.model.name not in served:
             raise ServingError(f"external server {url} does not serve model "
                                f"{self.model.name!r}; it serves {served}")
-        return Endpoint(base_url=url, model=self.model.name, api_key=self.serving.api_key,
+        root = url.removesuffix("/v1")
+        return Endpoint(markup_token_ids=markup_token_ids(root, self.model.name, headers),
+                        base_url=url, model=self.model.name, api_key=self.serving.api_key,
                         token_ids="vllm", enable_thinking=self.model.enable_thinking,
                         request_timeout_s=self.serving.request_timeout_s)
 

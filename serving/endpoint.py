@@ -21,4 +21,5 @@ class Endpoint:
     enable_thinking: bool = False
     request_timeout_s: float = 600.0
     engine_ids: tuple[str, ...] = ()
+    markup_token_ids: dict[str, int] = field(default_factory=dict)  # tool-call markup -> id
     metrics_urls: dict[str, str] = field(default_factory=dict)

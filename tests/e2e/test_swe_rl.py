@@ -44,7 +44,7 @@ def test_swe_rl_records_every_turn_as_sampled(tmp_path):
             assert turn["prompt_token_ids"] and turn["completion_token_ids"]
             assert len(turn["completion_logprobs"]) == len(turn["completion_token_ids"])
             assert all(lp <= 0.0 for lp in turn["completion_logprobs"])
-            assert turn["constraint"].startswith("tool_choice=required")
+            assert turn["constraint"].startswith("rollfleet-glm:tool_choice=required")
         assert row["provenance"]["config_hash"] and row["provenance"]["model"] == "tiny-glm"
         if row["prefix_consistent"]:
             assert len(row["token_ids"]) == len(row["loss_mask"]) == len(row["logprobs"])

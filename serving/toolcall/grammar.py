@@ -1,0 +1,185 @@
+"""Tool definitions -> an xgrammar structural tag for GLM tool calls that leaves no slack.
+
+Stock GLM grammars match the markup as strings and allow whitespace between tags; a model with
+nothing to say pads there until `max_tokens` and the call is cut in half, and `<tool_call>` can
+be spelled from ordinary sub-tokens that the server's parser then ignores. This grammar instead:
+- matches every markup element as its single special token (`<tool_call>`, `<arg_key>`, ...),
+- allows no characters between them,
+- restricts the name to the declared tools and lists every argument in schema order,
+- bounds each string value by its `maxLength` in characters AND tokens, other values by their
+  JSON schema with no whitespace,
+- ends with the call: the server then allows only its stop tokens (a stop token cannot be a
+  grammar element: xgrammar reserves them for the end),
+- leaves free text and reasoning unconstrained except that they cannot contain markup tokens
+  and stop early enough (`max_tokens` minus the worst-case call) that a call is never cut.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+CALL_START, CALL_END = "<tool_call>", "</tool_call>"
+KEY_START, KEY_END = "<arg_key>", "</arg_key>"
+VALUE_START, VALUE_END = "<arg_value>", "</arg_value>"
+THINK_END = "</think>"
+TURN_END = "<|observation|>"  # the stop token the chat template expects after a call
+OTHER_STOPS = ["<|user|>", "<|endoftext|>"]  # stop tokens a call turn must not end with
+MARKUP = [CALL_START, CALL_END, KEY_START, KEY_END, VALUE_START, VALUE_END, "<think>", THINK_END]
+MARKUP_TOKENS = [*MARKUP, TURN_END]  # each must be one token of the model's vocabulary
+SPECIAL_TOKENS = [*MARKUP_TOKENS, *OTHER_STOPS]  # looked up at start-up
+DEFAULT_MAX_STRING = 4096
+
+
+class CallTooLong(ValueError):
+    """The token budget cannot hold one complete call: the call must not be started."""
+
+
+class UnboundedToolError(ValueError):
+    """A tool argument whose worst-case length the grammar cannot bound."""
+
+
+class _Tokens:
+    """Markup strings -> their token ids (the server validates tags without a tokenizer)."""
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        missing = [m for m in (*MARKUP, TURN_END) if m not in ids]
+        if missing:
+            raise ValueError(f"the model's vocabulary lacks single tokens for {missing}")
+        self.ids = ids
+
+    def tok(self, text: str) -> dict:
+        return {"type": "token", "token": self.ids[text]}
+
+    def all(self, texts: list[str]) -> list[int]:
+        return [self.ids[t] for t in texts]
+
+
+def _const(text: str) -> dict:
+    return {"type": "const_string", "value": text}
+
+
+def _seq(*elements: dict) -> dict:
+    items = [e for e in elements if e is not None]
+    return items[0] if len(items) == 1 else {"type": "sequence", "elements": items}
+
+
+@dataclass(frozen=True)
+class ToolCallGrammar:
+    structural_tag: dict[str, Any]  # {"type": "structural_tag", "format": ...}
+    worst_call_tokens: int  # the most tokens one complete call (with its stop token) can take
+    description: str  # what was constrained, for the record
+    logit_bias: dict[int, float]  # steers the final stop token to TURN_END
+
+    def json(self) -> str:
+        return json.dumps(self.structural_tag, sort_keys=True)
+
+
+def _string_bound(schema: dict) -> int:
+    return int(schema.get("maxLength", DEFAULT_MAX_STRING))
+
+
+def _value(schema: dict) -> tuple[dict, int]:
+    """The format of one argument value (between its tags) and its worst-case token count."""
+    kinds = schema.get("type")
+    if kinds == "string" and "enum" not in schema:
+        limit = _string_bound(schema)
+        if schema.get("minLength", 0) > 0:  # characters only: a token may be a partial char
+            pattern = f"[\\s\\S]{{{schema['minLength']},{limit}}}"
+            return {"type": "regex", "pattern": pattern}, 4 * limit
+        return {"type": "any_text", "max_chars": limit, "max_tokens": limit,
+                "excludes": MARKUP + [TURN_END]}, limit
+    return ({"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1},
+            _json_bound(schema))
+
+
+def _json_bound(schema: dict) -> int:
+    """Worst-case tokens of a whitespace-free JSON value (a token holds at least one byte)."""
+    if "enum" in schema:
+        return max(len(json.dumps(v).encode()) for v in schema["enum"])
+    if "const" in schema:
+        return len(json.dumps(schema["const"]).encode())
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    bound = 0
+    for kind in kinds:
+        if kind == "null":
+            bound = max(bound, 4)
+        elif kind == "boolean":
+            bound = max(bound, 5)
+        elif kind in ("integer", "number"):
+            if "maximum" not in schema or "minimum" not in schema:
+                raise UnboundedToolError(f"{kind} without minimum and maximum")
+            digits = max(len(str(schema["maximum"])), len(str(schema["minimum"])))
+            bound = max(bound, digits + (10 if kind == "number" else 0))
+        elif kind == "string":
+            bound = max(bound, 2 + 4 * _string_bound(schema))
+        else:
+            raise UnboundedToolError(f"values of type {kind!r} have no length bound")
+    return bound
+
+
+def _call(tool: dict, t: _Tokens) -> tuple[dict, int]:
+    """One complete call of `tool`, from <tool_call> through </tool_call>."""
+    fn = tool["function"]
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    props: dict[str, dict] = params.get("properties", {})
+    elements = [t.tok(CALL_START), _const(fn["name"])]
+    worst = 2 + len(fn["name"].encode())
+    for key, schema in props.items():
+        value, bound = _value(schema)
+        elements += [t.tok(KEY_START), _const(key), t.tok(KEY_END),
+                     {"type": "tag", "begin": t.tok(VALUE_START), "content": value,
+                      "end": t.tok(VALUE_END)}]
+        worst += 4 + len(key.encode()) + bound
+    elements.append(t.tok(CALL_END))
+    return _seq(*elements), worst
+
+
+def build_grammar(tools: list[dict], tool_choice: str | dict, parallel: bool, thinking: bool,
+                  max_tokens: int, token_ids: dict[str, int],
+                  max_calls: int = 4) -> ToolCallGrammar | None:
+    """The structural tag for one request; None for `tool_choice="none"` (no constraint).
+
+    `token_ids` maps each markup string (MARKUP and TURN_END) to its single token id.
+    """
+    if tool_choice == "none" or not tools:
+        return None
+    t = _Tokens(token_ids)
+    if isinstance(tool_choice, dict):
+        wanted = tool_choice["function"]["name"]
+        tools = [t for t in tools if t["function"]["name"] == wanted]
+        if not tools:
+            raise ValueError(f"tool_choice names {wanted!r}, which is not among the tools")
+    calls = [_call(tool, t) for tool in tools]
+    one_call = calls[0][0] if len(calls) == 1 else {"type": "or", "elements": [c for c, _ in calls]}
+    worst_one = max(w for _, w in calls) + 1  # + TURN_END
+    n_calls = max_calls if parallel else 1
+    worst = worst_one + (n_calls - 1) * (worst_one - 1)
+    text_budget = max_tokens - worst
+    if text_budget < 0:
+        raise CallTooLong(f"max_tokens={max_tokens} cannot hold one complete call "
+                         f"(worst case {worst} tokens); raise the turn's token budget")
+    calls_then_end = ({"type": "repeat", "min": 1, "max": n_calls, "content": one_call}
+                      if n_calls > 1 else one_call)
+    reasoning_budget = text_budget // 2 if thinking and tool_choice == "auto" else text_budget
+    free_text = {"type": "any_tokens", "exclude_tokens": t.all([*MARKUP, TURN_END]),
+                 "max_tokens": text_budget - reasoning_budget if thinking else text_budget}
+    if tool_choice == "auto":
+        body = {"type": "or", "elements": [
+            _seq(free_text, calls_then_end), {**free_text, "exclude_tokens": t.all(MARKUP)}]}
+    else:  # required, or one named tool: the answer is the call(s)
+        body = calls_then_end
+    if thinking:  # the prompt ends with <think>: reasoning, then </think>, then the answer
+        reasoning = {**free_text, "max_tokens": reasoning_budget}
+        body = _seq(reasoning, t.tok(THINK_END), body)
+    named = f"named:{tools[0]['function']['name']}"
+    choice = tool_choice if isinstance(tool_choice, str) else named
+    description = (f"rollfleet-glm:tool_choice={choice};parallel={str(parallel).lower()};"
+                   f"thinking={str(thinking).lower()};worst_call_tokens={worst}")
+    # When the answer is always a call, its turn must end with <|observation|>, never with the
+    # other stop tokens (the next prompt renders <|observation|> after a call).
+    bias = ({} if tool_choice == "auto" else
+            {token_ids[s]: -100.0 for s in OTHER_STOPS if s in token_ids})
+    return ToolCallGrammar({"type": "structural_tag", "format": body}, worst, description, bias)

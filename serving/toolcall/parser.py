@@ -1,0 +1,173 @@
+"""GLM tool calls read from the sampled tokens themselves, with every problem counted.
+
+The input is the completion as the server sampled it, the bytes of each token (the `bytes` of
+each logprobs entry: a token may hold part of a character), so markup is recognized only where
+the model sampled the markup TOKEN: a
+`<tool_call>` spelled from ordinary sub-tokens is reported (`subtoken_markup`), never silently
+turned into a call or silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from serving.toolcall.grammar import (
+    CALL_END,
+    CALL_START,
+    KEY_END,
+    KEY_START,
+    MARKUP,
+    THINK_END,
+    VALUE_END,
+    VALUE_START,
+)
+
+ISSUE_KINDS = ("malformed", "unknown_tool", "missing_argument", "extra_argument", "wrong_type",
+               "cut_off", "subtoken_markup")
+
+
+@dataclass
+class ParsedCall:
+    name: str
+    arguments: dict[str, Any]
+    issues: list[str] = field(default_factory=list)  # kinds from ISSUE_KINDS
+
+    @property
+    def valid(self) -> bool:
+        return not self.issues
+
+
+@dataclass
+class ParsedTurn:
+    content: str
+    reasoning: str
+    calls: list[ParsedCall]
+    issues: list[str]  # turn-level problems (subtoken markup outside any call)
+
+
+class _Cut(Exception):
+    pass
+
+
+def parse_glm(token_bytes: list[bytes], tools: list[dict], thinking: bool) -> ParsedTurn:
+    tokens = [_Piece(b) for b in token_bytes]
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    reasoning: list[str] = []
+    content: list[str] = []
+    calls: list[ParsedCall] = []
+    i = 0
+    ends = [k for k, t in enumerate(tokens) if t == THINK_END]
+    if thinking and ends:
+        reasoning, i = tokens[:ends[0]], ends[0] + 1
+    while i < len(tokens):
+        if tokens[i] == CALL_START:
+            call, i = _parse_call(tokens, i + 1, schemas)
+            calls.append(call)
+        else:
+            content.append(tokens[i])
+            i += 1
+    text = _text(content)
+    issues = ["subtoken_markup"] if any(m in text for m in MARKUP) else []
+    return ParsedTurn(text, _text(reasoning), calls, issues)
+
+
+class _Piece(bytes):
+    """One token's bytes; equal to a markup string only if it is exactly that token."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return bytes(self) == other.encode()
+        return bytes.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = bytes.__hash__
+
+
+def _text(pieces: list[bytes], errors: str = "replace") -> str:
+    return b"".join(pieces).decode("utf-8", errors=errors)
+
+
+def _read_until(tokens: list[_Piece], i: int, stops: tuple[str, ...]) -> tuple[str, str, int]:
+    """Text up to the first stop token: (text, stop, index after it); _Cut at the end."""
+    start = i
+    while i < len(tokens):
+        for stop in stops:
+            if tokens[i] == stop:
+                # Bytes that form no character (random weights sample them) are dropped: JSON
+                # cannot carry them, and the grammar's length bound counts characters.
+                return _text(tokens[start:i], "ignore"), stop, i + 1
+        i += 1
+    raise _Cut()
+
+
+def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple[ParsedCall, int]:
+    raw: dict[str, str] = {}
+    issues: list[str] = []
+    name = ""
+    try:
+        name, stop, i = _read_until(tokens, i, (KEY_START, CALL_END))
+        name = name.strip()
+        while stop == KEY_START:
+            key, _, i = _read_until(tokens, i, (KEY_END,))
+            if i >= len(tokens):
+                raise _Cut()
+            if tokens[i] != VALUE_START:
+                issues.append("malformed")
+                _, stop, i = _read_until(tokens, i, (CALL_END,))
+                break
+            value, _, i = _read_until(tokens, i + 1, (VALUE_END,))
+            raw[key.strip()] = value
+            _, stop, i = _read_until(tokens, i, (KEY_START, CALL_END))
+    except _Cut:
+        issues.append("cut_off")
+        i = len(tokens)
+    if name not in schemas:
+        return ParsedCall(name, dict(raw), issues + ["unknown_tool"]), i
+    arguments, problems = _typed_arguments(raw, schemas[name])
+    return ParsedCall(name, arguments, issues + problems), i
+
+
+def check_call(name: str, arguments: str, tools: list[dict]) -> list[str]:
+    """Issues of a call in OpenAI shape (JSON arguments), e.g. one the server's parser made."""
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    if name not in schemas:
+        return ["unknown_tool"]
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return ["malformed"]
+    if not isinstance(args, dict):
+        return ["malformed"]
+    return _schema_problems(args, schemas[name])
+
+
+def _schema_problems(args: dict[str, Any], schema: dict) -> list[str]:
+    problems: list[str] = []
+    for error in jsonschema.Draft202012Validator(schema).iter_errors(args):
+        kind = {"required": "missing_argument", "additionalProperties": "extra_argument"}.get(
+            error.validator, "wrong_type")
+        if kind not in problems:
+            problems.append(kind)
+    return problems
+
+
+def _typed_arguments(raw: dict[str, str], schema: dict) -> tuple[dict[str, Any], list[str]]:
+    """Values are raw text for string arguments and JSON otherwise, as in GLM's format."""
+    props = schema.get("properties", {})
+    args: dict[str, Any] = {}
+    for key, text in raw.items():
+        kinds = props.get(key, {}).get("type")
+        if kinds == "string":
+            args[key] = text
+            continue
+        try:
+            args[key] = json.loads(text)
+        except json.JSONDecodeError:
+            args[key] = text  # a string in an untyped or union slot, or malformed JSON
+    return args, _schema_problems(args, schema)

@@ -1,0 +1,112 @@
+"""The project's GLM tool-call grammar, checked token by token with xgrammar itself."""
+
+import random
+
+import numpy as np
+import pytest
+import xgrammar as xgr
+
+from serving.toolcall import CallTooLong, build_grammar, parse_glm
+
+
+def _matcher(compiler, grammar):
+    return xgr.GrammarMatcher(compiler.compile_structural_tag(grammar.json()))
+
+
+def _accepts(compiler, grammar, ids):
+    m = _matcher(compiler, grammar)
+    return all(m.accept_token(i) for i in ids)
+
+
+def _enc(tokenizer, text):
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+CALL = ("<tool_call>bash<arg_key>command</arg_key><arg_value>ls -la</arg_value></tool_call>")
+
+
+@pytest.fixture
+def required(tools, token_ids):
+    return build_grammar(tools, "required", False, False, 2048, token_ids)
+
+
+def test_canonical_call_is_accepted(compiler, tokenizer, required):
+    assert _accepts(compiler, required, _enc(tokenizer, CALL))
+
+
+@pytest.mark.parametrize("bad", [
+    CALL.replace("bash<arg_key>", "bash <arg_key>"),  # whitespace between tags
+    CALL.replace("bash", "rm"),  # an undeclared tool
+    "<tool_call>read_file<arg_key>path</arg_key><arg_value>a</arg_value></tool_call>",  # missing
+    CALL.replace("ls -la", "x" * 61),  # longer than maxLength
+    "Sure! " + CALL,  # free text before a required call
+])
+def test_invalid_calls_are_rejected(compiler, tokenizer, required, bad):
+    assert not _accepts(compiler, required, _enc(tokenizer, bad))
+
+
+def test_markup_spelled_from_sub_tokens_is_rejected(compiler, tokenizer, required):
+    """Regression: `<tool_call>` spelled from ordinary tokens passed stock grammars and then
+    yielded no parsed call (vLLM issue 58315). Only the markup token itself may start a call."""
+    spelled = [i for ch in "<tool_call>" for i in _enc(tokenizer, ch)]
+    assert len(spelled) > 1
+    assert tokenizer.decode(spelled) == "<tool_call>"
+    assert not _accepts(compiler, required, spelled + _enc(tokenizer, "bash"))
+    tokens = [tokenizer.decode([i]).encode() for i in spelled + _enc(tokenizer, "bash</tool_call>")]
+    parsed = parse_glm(tokens, [], thinking=False)
+    assert parsed.calls == [] and parsed.issues == ["subtoken_markup"]
+
+
+def test_named_choice_allows_only_that_tool(compiler, tokenizer, tools, token_ids):
+    named = build_grammar(tools, {"type": "function", "function": {"name": "submit"}}, False,
+                          False, 64, token_ids)
+    assert _accepts(compiler, named, _enc(tokenizer, "<tool_call>submit</tool_call>"))
+    assert not _accepts(compiler, named, _enc(tokenizer, CALL))
+
+
+def test_a_budget_that_cannot_hold_a_call_refuses(tools, token_ids):
+    with pytest.raises(CallTooLong):
+        build_grammar(tools, "required", False, False, 50, token_ids)
+
+
+def _allowed(mask, vocab: int) -> np.ndarray:
+    bits = np.unpackbits(mask.numpy().view(np.uint8), bitorder="little")[:vocab]
+    return np.flatnonzero(bits)
+
+
+@pytest.mark.parametrize(("choice", "parallel", "thinking"), [
+    ("required", False, False), ("required", True, False), ("auto", False, False),
+    ("required", False, True), ("auto", True, True),
+])
+def test_random_walks_always_end_in_valid_complete_calls(compiler, tokenizer, tools, token_ids,
+                                                         choice, parallel, thinking):
+    """Sample uniformly among the tokens the grammar allows, as random weights do: every walk
+    ends within the token budget, and every call it contains parses valid."""
+    worst = build_grammar(tools, choice, parallel, thinking, 10**6, token_ids).worst_call_tokens
+    budget = worst + 64  # little room for free text: walks stay short
+    grammar = build_grammar(tools, choice, parallel, thinking, budget, token_ids)
+    compiled = compiler.compile_structural_tag(grammar.json())
+    stops = {token_ids["<|observation|>"], token_ids["<|user|>"], token_ids["<|endoftext|>"],
+             tokenizer.eos_token_id}
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    rng = random.Random(f"{choice}{parallel}{thinking}")
+    vocab = len(tokenizer)
+    for _ in range(4):
+        m = xgr.GrammarMatcher(compiled)
+        mask = xgr.allocate_token_bitmask(1, vocab)
+        out: list[int] = []
+        while not m.is_terminated():
+            m.fill_next_token_bitmask(mask)
+            allowed = _allowed(mask, vocab)
+            token = int(allowed[rng.randrange(len(allowed))])
+            if token in stops:
+                break
+            assert m.accept_token(token)
+            out.append(token)
+        assert len(out) <= budget
+        parsed = parse_glm([info.decoded_vocab[i] for i in out], tools, thinking)
+        if choice == "required":
+            assert parsed.calls, tokenizer.decode(out)
+        assert all(c.valid for c in parsed.calls), [(c.issues, c.arguments) for c in parsed.calls]
+        assert parsed.issues == []
+        assert len(parsed.calls) <= (4 if parallel else 1)
