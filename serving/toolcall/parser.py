@@ -130,6 +130,8 @@ def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple
     if name not in schemas:
         return ParsedCall(name, dict(raw), issues + ["unknown_tool"]), i
     arguments, problems = _typed_arguments(raw, schemas[name])
+    if "cut_off" in issues:  # its missing arguments follow from the cut; count the cause once
+        problems = []
     return ParsedCall(name, arguments, issues + problems), i
 
 
