@@ -88,8 +88,9 @@ def load_verifiers_env(cfg: EnvConfig,
     if not cfg.tasks_path:
         raise EnvError("env.suite=verifiers needs env.tasks_path: the taskset, as "
                        "package.module:Class or a verifiers taskset id")
-    log.warning("verifiers taskset %s: its tools run in a local subprocess runtime, "
-                "outside the rollfleet sandbox", cfg.tasks_path)
+    log.warning("verifiers taskset %s: its tool servers run as local subprocesses; only tools "
+                "that use the rollfleet sandbox (envs.vf.taskset's do) are isolated",
+                cfg.tasks_path)
     return VerifiersEnvironment(cfg, load_taskset(cfg.tasks_path, taskset_config))
 
 

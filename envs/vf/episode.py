@@ -40,8 +40,9 @@ class _SessionHarness(vf.Harness[vf.HarnessConfig]):
     SUPPORTS_MCP = True
     mcp_urls: dict[str, str] | None = None
 
-    async def session(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data,
-                      tool_interception_url=None) -> vf.HarnessSession:
+    async def session(self, ctx: vf.ModelContext, trace: vf.Trace, runtime: vf.Runtime,
+                      endpoint: str, secret: str, mcp_urls: dict[str, str], data: vf.TaskData,
+                      tool_interception_url: str | None = None) -> vf.HarnessSession:
         self.mcp_urls = dict(mcp_urls)
         return await super().session(ctx, trace, runtime, endpoint, secret, mcp_urls, data,
                                      tool_interception_url)
@@ -130,6 +131,8 @@ class VerifiersEpisode:
 
     def score(self) -> Score:
         """Ends the rollout (verifiers scores once, at its close); later calls repeat it."""
+        if self._score is None and self._closed:
+            return Score(0.0, 0, 0, "", infra_error="the episode was closed before scoring")
         if self._score is None:
             limit = 2 * self.env.cfg.score_timeout_s + 30
             try:

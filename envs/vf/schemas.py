@@ -4,8 +4,9 @@ Strict mode wants every property required and no others. An optional parameter b
 required, nullable one, and a null for it is dropped before the call, so the tool server uses its
 own default. The rollout job's tool-call grammar bounds the length of every value, so a union of
 plain types (`anyOf`, as pydantic writes `int | None`) becomes one typed schema, numbers without
-a range get a 32-bit one and strings without a maximum length get `max_string`; pydantic's
-generated titles are dropped. Schemas with nested objects or references stay as the server gave
+a range get a 32-bit one, and strings are capped at `max_string` characters (the rollout env's
+`max_file_chars`: what the model may send, whatever the server would take); pydantic's generated
+titles are dropped. Schemas with nested objects or references stay as the server gave
 them (not strict). Names follow verifiers' own harnesses: `<server>_<tool>`, or the bare tool
 name for a server without a prefix.
 """
@@ -98,13 +99,13 @@ def _merged(prop: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bounded(prop: dict[str, Any], max_string: int) -> dict[str, Any]:
-    """Numbers get a 32-bit range and strings `max_string`, unless they declare their own."""
+    """Numbers without a range get a 32-bit one; strings at most `max_string` characters."""
     kinds = prop.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "integer" in kinds or "number" in kinds:
         prop = {**INT_RANGE, **prop}
     if "string" in kinds and "enum" not in prop:
-        prop = {"maxLength": max_string, **prop}
+        prop["maxLength"] = min(prop.get("maxLength", max_string), max_string)
     return prop
 
 

@@ -25,7 +25,8 @@ from serving import Cluster, ModelConfig, ServingConfig
 from tests.procs import new_job_processes, process_table
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e,  # verifiers' MCP client passes tenacity a deprecated argument
+              pytest.mark.filterwarnings("ignore:The 'initial' parameter:DeprecationWarning")]
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
 # verifiers imports a taskset id as a top-level module; this one re-exports envs.vf.plugin.
 SHIM = "from envs.vf.plugin import *  # noqa: F403\nfrom envs.vf.plugin import __all__  # noqa\n"

@@ -58,6 +58,8 @@ class CounterTask(vf.Task[CounterData, CounterState, CounterTaskConfig]):
         return [CounterTools(config.tools)]
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        if self.data.target == 0:
+            raise ValueError("a target of 0 is refused at setup")
         await runtime.write("start.txt", b"7")
         trace.state.start = int((await runtime.read("start.txt")).decode())
 
@@ -67,6 +69,8 @@ class CounterTask(vf.Task[CounterData, CounterState, CounterTaskConfig]):
 
     @vf.reward(weight=1.0)
     async def reached(self, trace: vf.Trace) -> float:
+        if self.data.target < 0:
+            raise ValueError("a negative target cannot be scored")
         return float(trace.state.value == self.data.target)
 
     @vf.metric

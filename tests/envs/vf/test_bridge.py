@@ -4,12 +4,14 @@ import json
 
 import pytest
 
-from envs import EnvConfig, EnvError
+from envs import EnvConfig, EnvError, SandboxError
 from envs.vf.environment import load_verifiers_env
 from tests.envs.vf.conftest import tool_servers
 
 COUNTER = "tests.envs.vf.counter:CounterTaskset"
 
+# verifiers' MCP client passes tenacity a deprecated argument; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter:DeprecationWarning")
 
 @pytest.fixture(scope="module")
 def env():
@@ -66,6 +68,18 @@ def test_closing_without_scoring_stops_the_tool_server(env):
     with env.episode("reach-5") as ep:
         assert ep.call("counter_peek", {}).ok
         assert tool_servers()
+    assert tool_servers() == []
+
+
+def test_failures_of_the_taskset_are_infra_errors_not_rewards():
+    cfg = EnvConfig(name="c", suite="verifiers", tasks_path=COUNTER)
+    with load_verifiers_env(cfg, taskset_config={"targets": [0, -1]}) as env:
+        with pytest.raises(SandboxError, match="a target of 0 is refused at setup"):
+            env.episode("reach-0")
+        with env.episode("reach--1") as ep:
+            score = ep.score()
+    assert "a negative target cannot be scored" in score.infra_error
+    assert json.loads(score.output)["rewards"] == {"reached": None}
     assert tool_servers() == []
 
 
