@@ -15,7 +15,8 @@ class RollfleetTasksetConfig(vf.TasksetConfig):
 
 
 class RollfleetTaskset(vf.Taskset[RollfleetTask, RollfleetTasksetConfig]):
-    """Pick the suite with `--env.taskset.task.env.suite`, `...env.task-ids` and so on."""
+    """The env config is `--env.taskset.task.env.*` (`...env.suite stdlib`); list and dict
+    fields (task_ids, sandbox) need a `@ file.toml`. `--select.include.ids` picks tasks by id."""
 
     def load(self) -> Iterator[RollfleetTask]:
         env = environment_for(self.config.task.env)
