@@ -5,10 +5,10 @@ required, nullable one, and a null for it is dropped before the call, so the too
 own default. The rollout job's tool-call grammar bounds the length of every value, so a union of
 plain types (`anyOf`, as pydantic writes `int | None`) becomes one typed schema, numbers without
 a range get a 32-bit one, and strings are capped at `max_string` characters (the rollout env's
-`max_file_chars`: what the model may send, whatever the server would take); pydantic's generated
-titles are dropped. Schemas with nested objects or references stay as the server gave
-them (not strict). Names follow verifiers' own harnesses: `<server>_<tool>`, or the bare tool
-name for a server without a prefix.
+`max_file_chars`: what the model may send, whatever the server would take). pydantic's generated
+titles are dropped. Schemas with nested objects or references stay as the server gave them (not
+strict). Names follow verifiers' own harnesses: `<server>_<tool>`, or the bare tool name for a
+server without a prefix.
 """
 
 from __future__ import annotations
