@@ -26,8 +26,10 @@ class SandboxError(EnvError):
 @dataclass(frozen=True)
 class EnvConfig:
     name: str = "mini_swe"
-    suite: str = "mini"  # mini | stdlib | swebench
-    tasks_path: str | None = None  # the suite's data; null: its built-in tasks
+    suite: str = "mini"  # mini | stdlib | swebench | verifiers
+    # The suite's data; null: its built-in tasks. verifiers: package.module:Class or a vf-eval id.
+    tasks_path: str | None = None
+    taskset: dict = field(default_factory=dict)  # verifiers: the taskset's own config fields
     task_ids: list[str] | None = None  # null: every task
     max_tasks: int | None = None  # the first N tasks (in id order) after task_ids
     system_prompt: str = SYSTEM_PROMPT

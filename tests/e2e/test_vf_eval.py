@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,8 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e,  # verifiers' MCP client passes tenacity a deprecated argument
               pytest.mark.filterwarnings("ignore:The 'initial' parameter:DeprecationWarning")]
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
-# verifiers imports a taskset id as a top-level module; this one re-exports envs.vf.plugin.
-SHIM = "from envs.vf.plugin import *  # noqa: F403\nfrom envs.vf.plugin import __all__  # noqa\n"
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +44,13 @@ def _ours_left() -> list[str]:
 
 
 def test_vf_eval_runs_our_tasks(endpoint, tmp_path):
-    (tmp_path / "shim").mkdir()
-    (tmp_path / "shim" / "rollfleet_tasks.py").write_text(SHIM)
     out = tmp_path / "outputs"
     argv = [sys.executable, "-c", VF_EVAL, "rollfleet_tasks", "--no-push", "--no-rich",
             "-m", endpoint.model, "--client.base-url", endpoint.base_url, "-o", str(out),
             "--run.name", "e2e", "-n", "2", "-r", "1", "-c", "2",
             "--env.agent.max-turns", "3", "--sampling.max-tokens", "64"]
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shim")}
-    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    # `rollfleet_tasks` is the project's top-level module (installed with the project).
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     episodes = [json.loads(line) for line in (out / "e2e" / "traces.jsonl").open()]
