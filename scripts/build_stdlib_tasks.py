@@ -53,6 +53,7 @@ def main() -> int:
     _table("per operator", Counter(r.mutation.op for r in rows))
     _table("per difficulty", Counter(r.difficulty for r in rows))
     _table("per module", Counter(r.module for r in rows))
+    _table("mutants rejected", sum((res.rejected for res in results), Counter()))
     return 0
 
 

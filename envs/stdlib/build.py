@@ -16,6 +16,7 @@ import inspect
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from envs.stdlib.statements import clean, write_statement
 from envs.stdlib.testing import RunResult, run_tests
 
 SEED = 20250101
-TASKS_PER_MODULE = 8
+TASKS_PER_MODULE = 6
 TRIES_PER_MODULE = 40
 MAX_FAIL_FRACTION = 0.5
 NOT_A_MUTANT = "does not compile, or compiles to the same code"
@@ -172,9 +173,13 @@ def _clean(value: object, repo: str) -> object:
 class ModuleResult:
     module: str
     rows: list[Row]
-    tries: int
+    rejected: Counter[str]  # why the other mutants tried made no task
     seconds: float
     skipped: str | None = None  # why the module made no tasks at all
+
+    @property
+    def tries(self) -> int:
+        return len(self.rows) + self.rejected.total()
 
 
 def build_module(module: str, scratch: Path, per_module: int = TASKS_PER_MODULE,
@@ -182,17 +187,18 @@ def build_module(module: str, scratch: Path, per_module: int = TASKS_PER_MODULE,
     start = time.monotonic()
     base = baseline(module, scratch)
     if isinstance(base, str):
-        return ModuleResult(module, [], 0, time.monotonic() - start, base)
+        return ModuleResult(module, [], Counter(), time.monotonic() - start, base)
     rows: list[Row] = []
-    tried = 0
+    rejected: Counter[str] = Counter()
     for mutation in candidates(module, base.text):
-        if len(rows) >= per_module or tried >= tries:
+        if len(rows) >= per_module or len(rows) + rejected.total() >= tries:
             break
         outcome = try_mutant(base, mutation, scratch)
-        tried += outcome != NOT_A_MUTANT
         if isinstance(outcome, Row):
             rows.append(outcome)
-    return ModuleResult(module, rows, tried, time.monotonic() - start)
+        elif outcome != NOT_A_MUTANT:
+            rejected[outcome] += 1
+    return ModuleResult(module, rows, rejected, time.monotonic() - start)
 
 
 def build_suite(modules: list[str], workers: int = 2, per_module: int = TASKS_PER_MODULE,

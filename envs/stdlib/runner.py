@@ -1,12 +1,11 @@
 """Runs unittest ids against the working directory and prints one line of outcomes.
 
 Never imported: `testing.test_command` passes this file's text to `python -B -c`, so a
-sandbox needs nothing but the interpreter. The working directory is the task's repo; the
-mutated module there shadows the installed one. unittest itself is imported from the
-installed stdlib first (its own helpers such as difflib or textwrap may be the module under
-test), then every module the repo defines is forgotten so that the tests import the repo's
-copy. Stale bytecode in the repo is removed because a same-size edit within one second would
-otherwise be shadowed by an old .pyc.
+sandbox needs nothing but the interpreter. The working directory is the task's repository and
+goes first on sys.path before anything else is imported, so its mutated module shadows the
+installed one for the tests and for unittest alike, as with `python -m unittest`. Stale
+bytecode there is removed first: a same-size edit within one second would otherwise run the
+old .pyc.
 """
 
 import os
@@ -14,27 +13,14 @@ import sys
 
 DETAILS, SUMMARY = "@@stdlib-details@@", "@@stdlib-summary@@"  # parsed by testing.py
 HERE = os.getcwd()
-sys.path[:] = [p for p in sys.path if p not in ("", HERE)]
+sys.path[:] = [HERE] + [p for p in sys.path if p not in ("", HERE)]
+for _root, _dirs, _files in os.walk(HERE):
+    if os.path.basename(_root) == "__pycache__":
+        for _name in _files:
+            os.remove(os.path.join(_root, _name))
 
 import traceback  # noqa: E402
 import unittest  # noqa: E402
-
-
-def _forget_repo_modules() -> None:
-    local = set()
-    for entry in os.listdir(HERE):
-        path = os.path.join(HERE, entry)
-        if entry.endswith(".py"):
-            local.add(entry[:-3])
-        elif os.path.isfile(os.path.join(path, "__init__.py")):
-            local.add(entry)
-    for name in list(sys.modules):
-        if name.split(".")[0] in local:
-            del sys.modules[name]
-    for root, _dirs, files in os.walk(HERE):
-        if os.path.basename(root) == "__pycache__":
-            for name in files:
-                os.remove(os.path.join(root, name))
 
 
 def _where(test: unittest.TestCase, tb) -> list[list[str]]:
@@ -115,8 +101,6 @@ def _summary(ids: list[str], outcomes: dict[str, dict]) -> dict:
 def main(args: list[str]) -> int:
     details = args[:1] == ["--details"]
     ids = args[1:] if details else args
-    _forget_repo_modules()
-    sys.path.insert(0, HERE)
     suite = unittest.TestSuite()
     for name in ids:
         try:  # a name that is not a test (say, a doctest helper) must not sink the others

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Iterable
 
 SHOWN_TESTS = 2
-LISTED_TESTS = 8
+LISTED_TESTS = 6
 MAX_ERROR_LINES = 12
 MAX_ERROR_CHARS = 700
 
