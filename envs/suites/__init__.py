@@ -18,6 +18,11 @@ def load_suite(cfg: EnvConfig) -> list[Task]:
         from envs.suites.mini import load_mini_suite
 
         return load_mini_suite(Path(cfg.tasks_path or BUILTIN / cfg.name), cfg.on_bad_task)
+    if cfg.suite == "stdlib":
+        from envs.suites.stdlib import load_stdlib_suite
+
+        return load_stdlib_suite(Path(cfg.tasks_path) if cfg.tasks_path else None,
+                                 cfg.on_bad_task)
     if cfg.suite == "swebench":
         from envs.suites.swebench import load_swebench
 

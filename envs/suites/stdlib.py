@@ -1,0 +1,47 @@
+"""The stdlib suite: rows of envs.stdlib (AST mutants of installed standard-library modules).
+
+The repository is the mutated module alone; with the repository first on the import path it
+shadows the installed module, so the standard library's own test module exercises the bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from envs.stdlib import BUILTIN, Row, load_rows, materialize, parse_summary, reference_fix
+from envs.stdlib import test_command as stdlib_test_command
+from envs.task import Grade, Task
+
+
+@dataclass(frozen=True)
+class StdlibRepo:
+    row: Row
+
+    def materialize(self, dest: Path) -> None:
+        materialize(self.row, dest)
+
+    def add_hidden_tests(self, dest: Path) -> None:
+        """The hidden tests are the installed `test` package's: nothing to copy."""
+
+    def hidden_test_argv(self, python: str) -> list[str]:
+        return stdlib_test_command(self.row.hidden_tests, python)
+
+    def visible_test_argv(self, python: str) -> list[str]:
+        return stdlib_test_command([self.row.test_module], python)
+
+    def grade(self, output: str, exit_code: int | None) -> Grade:
+        summary = parse_summary(output)
+        if summary is None:  # crashed, hung or printed no verdict: the fix is not right
+            return Grade(len(self.row.hidden_tests), len(self.row.hidden_tests), False)
+        return Grade(summary.tests, summary.n_not_passed, summary.ok)
+
+    def reference_fix(self) -> dict[str, str]:
+        path, text = reference_fix(self.row)
+        return {path: text}
+
+
+def load_stdlib_suite(path: Path | None, on_bad_task: str) -> list[Task]:
+    rows = load_rows(path or BUILTIN, on_bad=on_bad_task)
+    return [Task(r.task_id, r.statement, StdlibRepo(r), r.difficulty, suite="stdlib")
+            for r in rows]

@@ -1,0 +1,42 @@
+"""The stdlib suite through the environment: sandboxed, scored afresh, solved by tool calls."""
+
+import json
+import random
+
+import pytest
+
+from envs import EnvConfig, EnvError, load
+from envs.solver import reference_calls
+
+ENV = load(EnvConfig(name="stdlib", suite="stdlib"))
+
+
+def test_builtin_suite_size_and_spread():
+    modules = {t.split(".")[0] for t in ENV.tasks}
+    assert len(ENV.tasks) >= 200 and len(modules) >= 25
+    assert {t.difficulty for t in ENV.tasks.values()} >= {"easy", "medium", "hard"}
+
+
+@pytest.mark.parametrize("task_id", random.Random(7).sample(sorted(ENV.tasks), 6))
+def test_nothing_scores_zero_and_the_reference_solver_one(task_id):
+    with ENV.episode(task_id) as ep:
+        assert ep.score().reward == 0.0
+        calls = reference_calls(ep)
+        assert [name for name, _ in calls] == ["str_replace", "submit"]
+        for name, args in calls:
+            result = ep.call(name, args)
+            assert result.ok and not result.failed, result.output
+        assert ep.score().reward == 1.0
+
+
+def test_a_stale_row_is_named_and_skipped(tmp_path, caplog):
+    good = ENV.tasks[sorted(ENV.tasks)[0]].repo.row.to_json()
+    stale = {**good, "task_id": "stale.1", "source_sha256": "0" * 64}
+    missing = {k: v for k, v in good.items() if k != "statement"} | {"task_id": "nostatement.1"}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, stale, missing)))
+    env = load(EnvConfig(name="s", suite="stdlib", tasks_path=str(path)))
+    assert list(env.tasks) == [good["task_id"]]
+    assert "task stale.1" in caplog.text and "task nostatement.1" in caplog.text
+    with pytest.raises(EnvError, match="task stale.1"):
+        load(EnvConfig(name="s", suite="stdlib", tasks_path=str(path), on_bad_task="fail"))
