@@ -12,19 +12,19 @@ import triton.language as tl
 
 from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat
 from kernels.sparse_decode import DecodeConfig, sparse_mla_decode
-from kernels.triton_codecs import NVFP4, load_latent_tile
+from kernels.triton_codecs import DECODERS, NVFP4, load_latent_tile
 
 
 @triton.jit
 def _gather_kernel(
     cache_ptr, idx_ptr, stage_ptr, stage_idx_ptr, inv_scale, n, BLOCK_R: tl.constexpr,
-    ASM: tl.constexpr
+    DEC: tl.constexpr
 ):  # fmt: skip
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = r < n
     idx = tl.load(idx_ptr + r, mask=rmask, other=-1)
     valid = idx >= 0
-    lo, hi, rope = load_latent_tile(cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32, ASM)
+    lo, hi, rope = load_latent_tile(cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32, DEC)
     lat = tl.reshape(tl.join(lo, hi), (BLOCK_R, 512))  # back to dims 0, 1, 2, ...
     lat = tl.minimum(tl.maximum(lat * inv_scale, -448.0), 448.0).to(tl.float8e4nv)
     rope = tl.minimum(tl.maximum(rope * inv_scale, -448.0), 448.0).to(tl.float8e4nv)
@@ -59,7 +59,7 @@ def staged_decode(
     block_r = 16
     _gather_kernel[(triton.cdiv(n, block_r),)](
         cache, indices, stage, stage_idx, 1.0 / stage_scale, n, BLOCK_R=block_r,
-        ASM=q.is_cuda, num_warps=4)  # fmt: skip
+        DEC=DECODERS["e4m3" if q.is_cuda else "portable"], num_warps=4)  # fmt: skip
     return sparse_mla_decode(
         q,
         stage[:n].view(n, 1, KV_DIM),

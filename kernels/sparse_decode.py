@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels.kv_formats import KV_DIM, LATENT_DIM, ROW_BYTES, KVFormat
-from kernels.triton_codecs import FORMAT_ID, NVFP4, load_latent_tile
+from kernels.triton_codecs import DECODERS, FORMAT_ID, NVFP4, load_latent_tile
 
 _TL_DTYPE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
@@ -27,14 +27,21 @@ class DecodeConfig:
     num_warps: int = 8
     num_stages: int = 2
     programs_per_sm: int = 1  # auto splits aim at this many programs per SM
-    asm_e2m1: bool = True  # inline-PTX E2M1 decoder (CUDA only; the interpreter cannot run it)
+    # E2M1 decoder: "e4m3" (inline PTX via the hardware E4M3 -> fp16 convert), "prmt" (round 1's
+    # inline-PTX table), "portable" (integer ops; always used by the CPU interpreter)
+    decoder: str = "e4m3"
+    decode_pure: bool = True  # False: decode a tile once even where two MMA layouts want it
+    lazy_rescale: bool = False  # rescale out/l only when the running max grows by > 2**8
 
 
 def default_config(num_heads: int, fmt: KVFormat) -> DecodeConfig:
     """The fastest of scripts/bench_kernels.py's candidates on the H200 (kernels/README.md)."""
     nvfp4 = fmt == KVFormat.NVFP4
     if num_heads <= 16:
-        return DecodeConfig(16, 32, num_warps=4, num_stages=1 if nvfp4 else 3, programs_per_sm=2)
+        if nvfp4:
+            return DecodeConfig(16, 32, num_warps=4, num_stages=3, programs_per_sm=2,
+                                decode_pure=False)  # fmt: skip
+        return DecodeConfig(16, 32, num_warps=4, num_stages=3, programs_per_sm=2)
     return DecodeConfig(64, 64, num_warps=8, num_stages=3 if nvfp4 else 1)
 
 
@@ -63,7 +70,9 @@ def _split_kernel(
     BLOCK_T: tl.constexpr,
     DOT: tl.constexpr,
     DIRECT: tl.constexpr,
-    ASM: tl.constexpr,
+    DEC: tl.constexpr,
+    PURE: tl.constexpr,
+    LAZY: tl.constexpr,
 ):
     b = tl.program_id(0)
     split = tl.program_id(1)
@@ -101,20 +110,40 @@ def _split_kernel(
         t = t0 + tl.arange(0, BLOCK_T)
         idx = tl.load(idx_ptr + b.to(tl.int64) * stride_ib + t, mask=t < end, other=-1)
         valid = idx >= 0
-        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT, ASM)
+        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT, DEC, PURE)
         s = tl.dot(q_a, tl.trans(k_a))
         s = tl.dot(q_b, tl.trans(k_b), s)
         s = tl.dot(q_r, tl.trans(k_r), s)
         s = tl.where(valid[None, :], s * qk_scale, float("-inf"))  # log2 units
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf on empty tiles
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        p = p.to(DOT)
-        acc_a = tl.dot(p, k_a, acc_a * alpha[:, None])
-        acc_b = tl.dot(p, k_b, acc_b * alpha[:, None])
-        m_i = m_new
+        m_tile = tl.max(s, axis=1)
+        if LAZY:
+            # Rescale only when some row's max grew by more than 2**8: any reference max works
+            # for the online softmax as long as p stays in range (p <= 2**8 here, exact scale
+            # factors either way), and most tiles after the first few skip the [H, 512] multiply.
+            grow = tl.where(m_tile > m_i, m_tile - m_i, 0.0)
+            if tl.max(grow, axis=0) > 8.0:
+                m_new = tl.maximum(m_i, m_tile)
+                alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
+                l_i = l_i * alpha
+                acc_a = acc_a * alpha[:, None]
+                acc_b = acc_b * alpha[:, None]
+                m_i = m_new
+            m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i + tl.sum(p, axis=1)
+            p = p.to(DOT)
+            acc_a = tl.dot(p, k_a, acc_a)
+            acc_b = tl.dot(p, k_b, acc_b)
+        else:
+            m_new = tl.maximum(m_i, m_tile)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf on empty tiles
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            p = p.to(DOT)
+            acc_a = tl.dot(p, k_a, acc_a * alpha[:, None])
+            acc_b = tl.dot(p, k_b, acc_b * alpha[:, None])
+            m_i = m_new
 
     empty = l_i == 0  # every slot of this split was padding: acc is 0, lse -inf
     l_safe = tl.where(empty, 1.0, l_i)
@@ -223,7 +252,8 @@ def sparse_mla_decode(
         v_scale, num_heads, topk, split_len, q.stride(0), q.stride(1), indices.stride(0),
         out.stride(0), out.stride(1), FMT=FORMAT_ID[fmt], ROW=ROW_BYTES[fmt],
         BLOCK_H=cfg.block_h, BLOCK_T=cfg.block_t, DOT=dot, DIRECT=direct,
-        ASM=cfg.asm_e2m1 and q.is_cuda and fmt == KVFormat.NVFP4,
+        DEC=DECODERS[cfg.decoder if q.is_cuda else "portable"], PURE=cfg.decode_pure,
+        LAZY=cfg.lazy_rescale,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
     if not direct:
         _combine_kernel[(bsz, num_heads)](

@@ -15,24 +15,52 @@ FP8_DS: tl.constexpr = tl.constexpr(2)
 
 
 @triton.jit
-def e2m1_scaled_down(code):
-    """4-bit E2M1 code -> its value * 2**-14, exactly, as fp32.
+def e2m1_as_e4m3(packed):
+    """uint8 E2M1 pairs -> (low-nibble, high-nibble) values as E4M3 bytes worth value * 2**-6.
 
-    Placing the code's magnitude bits in fp16's exponent/mantissa field makes an fp16 worth
-    value * 2**-14 (code 1, 0.5, lands on the subnormal 2**-15): a few integer ops, no table.
-    Callers fold the 2**14 into the block scale.
+    An E2M1 code `s e1 e0 m` becomes the E4M3 byte `s 0 0 e1 e0 m 0 0`: its magnitude bits land
+    on E4M3's two low exponent bits and top mantissa bit, so the byte is the value times 2**-6
+    exactly (code 1, 0.5, becomes the subnormal 2**-7). Callers fold the 2**6 into the scale.
+    The same bit logic as `_E2M1_ASM`, one byte at a time (portable, and the interpreter's).
     """
-    c = code.to(tl.uint16)
-    bits = ((c & 8) << 12) | ((c & 7) << 9)
-    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+    lo = ((packed << 2) & 0x1C) | ((packed << 4) & 0x80)
+    hi = ((packed >> 2) & 0x1C) | (packed & 0x80)
+    return lo.to(tl.float8e4nv, bitcast=True), hi.to(tl.float8e4nv, bitcast=True)
 
 
-# E2M1 pairs -> fp16 pairs times their scales, for sm_90. Input $4: 4 packed bytes; $5, $6: the
-# fp16 scales of bytes (0, 1) and (2, 3); outputs $0, $1: values of the low nibbles, $2, $3: of
-# the high nibbles. An E2M1 magnitude in fp16 has a zero low byte, so one byte permute (prmt)
-# through an 8-entry table of high bytes {00 38 3C 3E 40 42 44 46} decodes two values at once;
-# the sign bits are moved into place and the pair is multiplied by its scales (exact in fp16).
+# E2M1 pairs -> fp16 values times their scales, for sm_90. Input $4: 4 packed bytes; $5, $6: the
+# fp16 scales (times 2**6) of bytes (0, 1) and (2, 3); outputs $0, $1: values of the low nibbles
+# of bytes (0, 1) and (2, 3), $2, $3: of the high nibbles. Each nibble becomes the E4M3 byte
+# `s 0 0 e1 e0 m 0 0` (value * 2**-6, exact; see e2m1_as_e4m3) with word-wide shifts and masks,
+# four at a time, then the hardware converts E4M3 pairs to fp16 pairs (cvt ... e4m3x2) and one
+# fp16x2 multiply applies the scales: ~2 instructions per value (the prmt table version took 5).
 _E2M1_ASM = tl.constexpr("""{
+.reg .b32 lo, hi, t;
+.reg .b16 l0, l1, h0, h1;
+shl.b32 lo, $4, 2;
+and.b32 lo, lo, 0x1C1C1C1C;
+shl.b32 t, $4, 4;
+and.b32 t, t, 0x80808080;
+or.b32 lo, lo, t;
+shr.b32 hi, $4, 2;
+and.b32 hi, hi, 0x1C1C1C1C;
+and.b32 t, $4, 0x80808080;
+or.b32 hi, hi, t;
+mov.b32 {l0, l1}, lo;
+mov.b32 {h0, h1}, hi;
+cvt.rn.f16x2.e4m3x2 $0, l0;
+cvt.rn.f16x2.e4m3x2 $1, l1;
+cvt.rn.f16x2.e4m3x2 $2, h0;
+cvt.rn.f16x2.e4m3x2 $3, h1;
+mul.rn.f16x2 $0, $0, $5;
+mul.rn.f16x2 $1, $1, $6;
+mul.rn.f16x2 $2, $2, $5;
+mul.rn.f16x2 $3, $3, $6;
+}""")
+
+# The previous decoder (round 1), kept for comparison: an 8-entry prmt table of fp16 high bytes
+# {00 38 3C 3E 40 42 44 46}, sign bits moved in one by one; scales NOT premultiplied by 2**6.
+_E2M1_PRMT_ASM = tl.constexpr("""{
 .reg .b32 ta, tb, m, sel, v, w, x;
 mov.b32 ta, 0x3E3C3800;
 mov.b32 tb, 0x46444240;
@@ -76,14 +104,27 @@ or.b32 v, v, x;
 mul.rn.f16x2 $3, v, $6;
 }""")
 
+# Decoder choices (DecodeConfig.decoder): portable integer ops, the E4M3-route PTX, the prmt PTX.
+DEC_PORTABLE: tl.constexpr = tl.constexpr(0)
+DEC_E4M3: tl.constexpr = tl.constexpr(1)
+DEC_PRMT: tl.constexpr = tl.constexpr(2)
+DECODERS = {"portable": 0, "e4m3": 1, "prmt": 2}
+
 
 @triton.jit
-def e2m1_pairs_asm(packed, scale):
+def e2m1_pairs_asm(packed, scale, DEC: tl.constexpr, PURE: tl.constexpr):
     """uint8 E2M1 pairs and their fp16 scales (same shape) -> (low-nibble values, high-nibble
-    values) as fp16, exact: about 4 instructions per value instead of ~15. GPU only."""
-    return tl.inline_asm_elementwise(
-        _E2M1_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale], dtype=(tl.float16, tl.float16),
-        is_pure=True, pack=4)  # fmt: skip
+    values) as fp16, exact. GPU only. DEC_E4M3 wants the scales times 2**6, DEC_PRMT plain.
+    PURE=False keeps the compiler from running the block again in a second register layout (it
+    may otherwise decode once per MMA operand layout) at the price of a layout conversion."""
+    if DEC == DEC_E4M3:
+        return tl.inline_asm_elementwise(
+            _E2M1_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale], dtype=(tl.float16, tl.float16),
+            is_pure=PURE, pack=4)  # fmt: skip
+    else:
+        return tl.inline_asm_elementwise(
+            _E2M1_PRMT_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale],
+            dtype=(tl.float16, tl.float16), is_pure=PURE, pack=4)  # fmt: skip
 
 
 @triton.jit
@@ -114,7 +155,8 @@ def load_latent_tile(
     ROW: tl.constexpr,
     BLOCK_T: tl.constexpr,
     DOT: tl.constexpr,
-    ASM: tl.constexpr,
+    DEC: tl.constexpr = DEC_E4M3,
+    PURE: tl.constexpr = True,
 ):
     """Rows at slots `idx` -> (lat_a [T, 256], lat_b [T, 256], rope [T, 64]) in dtype DOT.
 
@@ -122,7 +164,8 @@ def load_latent_tile(
     (dims 0..255, 256..511): no interleaving in registers, the caller permutes q and out.
     FP8 values come unscaled (the per-tensor scale is folded into the scores and output).
     Invalid rows load as zeros, so garbage (NaN bytes) in unused slots never reaches the MMA.
-    ASM picks the inline-PTX E2M1 decoder (GPU); otherwise the portable bit arithmetic.
+    DEC picks the NVFP4 decoder: DEC_PORTABLE (integer ops; the CPU interpreter), DEC_E4M3 or
+    DEC_PRMT (inline PTX, GPU only).
     """
     row = cache_ptr + idx.to(tl.int64) * ROW
     m = valid[:, None]
@@ -131,15 +174,21 @@ def load_latent_tile(
         sc = tl.load(row[:, None] + 320 + tl.arange(0, 32)[None, :], mask=m, other=0)
         sc = sc.to(tl.float8e4nv, bitcast=True)  # scale j: bytes 8j..8j+7 (values 16j..16j+15)
         # convert the 32 scales of a row first, then give each of its 256 bytes its own
-        sc = sc.to(tl.float16) if ASM else sc.to(tl.float32) * 16384.0
+        if DEC == DEC_PRMT:
+            sc = sc.to(tl.float16)
+        elif DEC == DEC_E4M3:
+            sc = sc.to(tl.float16) * 64.0  # exact: at most 448 * 64 = 28672
+        else:
+            sc = sc.to(tl.float32) * 64.0
         sc = tl.reshape(tl.broadcast_to(sc[:, :, None], (BLOCK_T, 32, 8)), (BLOCK_T, 256))
-        if ASM:
-            lat_a, lat_b = e2m1_pairs_asm(packed, sc)
+        if DEC == DEC_PORTABLE:
+            lo, hi = e2m1_as_e4m3(packed)
+            lat_a = (lo.to(tl.float32) * sc).to(DOT)
+            lat_b = (hi.to(tl.float32) * sc).to(DOT)
+        else:
+            lat_a, lat_b = e2m1_pairs_asm(packed, sc, DEC, PURE)
             lat_a = lat_a.to(DOT)
             lat_b = lat_b.to(DOT)
-        else:
-            lat_a = (e2m1_scaled_down(packed & 15) * sc).to(DOT)
-            lat_b = (e2m1_scaled_down(packed >> 4) * sc).to(DOT)
         rope_off = 256
     else:
         lat_a = tl.load(row[:, None] + tl.arange(0, 256)[None, :], mask=m, other=0)

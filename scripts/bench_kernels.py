@@ -12,12 +12,12 @@ import argparse
 import datetime
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
 from dataclasses import replace
 from functools import partial
-from itertools import product
 from pathlib import Path
 
 import torch
@@ -45,11 +45,60 @@ from kernels.sparse_decode import DecodeConfig, _split_kernel, sparse_mla_decode
 from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: E402
 
 SM_SCALE = 1 / math.sqrt(192)  # GLM-5: qk_nope 192 + rope 64 folded into the 576-wide latent
-CANDIDATES = {  # (block_h, block_t, num_warps, num_stages): few or no spills per ptxas -v
-    "h16": [(16, 32, 4, 2), (16, 64, 8, 2), (16, 32, 4, 3), (16, 32, 4, 1)],
-    "h64": [(64, 64, 8, 2), (64, 64, 8, 1), (64, 64, 8, 3), (64, 32, 8, 1)],
+# Candidate configs per (format, head group): (block_h, block_t, num_warps, num_stages,
+# decoder, decode_pure, lazy_rescale, programs_per_sm values). Round 1's defaults are kept
+# (decoder "prmt") as the baseline; every candidate is also checked against the reference.
+R1 = ("prmt", True, False)
+E4 = ("e4m3", True, False)
+E4_ONCE = ("e4m3", False, False)
+E4_ONCE_LAZY = ("e4m3", False, True)
+E4_LAZY = ("e4m3", True, True)
+PLAIN = ("e4m3", True, False)  # FP8: the decoder flags do not apply
+CANDIDATES = {
+    ("nvfp4", "h16"): [
+        (16, 32, 4, 1, *R1, (2,)),
+        (16, 32, 4, 1, *E4, (2,)),
+        (16, 32, 4, 1, *E4_ONCE, (1, 2)),
+        (16, 32, 4, 2, *E4_ONCE, (1, 2, 3)),
+        (16, 32, 4, 3, *E4_ONCE, (1, 2, 3)),
+        (16, 32, 4, 3, *E4_ONCE_LAZY, (2, 3)),
+        (16, 32, 4, 4, *E4_ONCE, (2,)),
+        (16, 64, 8, 3, *E4_ONCE, (1, 2)),
+        (16, 64, 8, 2, *E4_ONCE_LAZY, (1, 2)),
+    ],
+    ("fp8", "h16"): [
+        (16, 32, 4, 2, *PLAIN, (1, 2)),
+        (16, 64, 8, 2, *PLAIN, (1, 2)),
+        (16, 32, 4, 3, *PLAIN, (1, 2, 3)),
+        (16, 32, 4, 1, *PLAIN, (1, 2)),
+        (16, 32, 4, 3, "e4m3", True, True, (2, 3)),
+    ],
+    ("nvfp4", "h64"): [
+        (64, 64, 8, 3, *R1, (1,)),
+        (64, 64, 8, 3, *E4, (1, 2)),
+        (64, 64, 8, 2, *E4, (1, 2)),
+        (64, 64, 8, 1, *E4, (1, 2)),
+        (64, 32, 8, 3, *E4, (1, 2)),
+        (64, 64, 8, 3, *E4_LAZY, (1, 2)),
+        (64, 32, 8, 2, *E4_LAZY, (1, 2)),
+    ],
+    ("fp8", "h64"): [
+        (64, 64, 8, 2, *PLAIN, (1, 2)),
+        (64, 64, 8, 1, *PLAIN, (1, 2)),
+        (64, 64, 8, 3, *PLAIN, (1, 2)),
+        (64, 32, 8, 1, *PLAIN, (1, 2)),
+        (64, 64, 8, 1, "e4m3", True, True, (1, 2)),
+    ],
 }
-PROGRAMS_PER_SM = (1, 2)
+
+
+def candidate_configs(fmt: KVFormat, heads: int, candidates: dict) -> list[DecodeConfig]:
+    group = "h16" if heads <= 16 else "h64"
+    out = []
+    for bh, bt, nw, ns, dec, pure, lazy, pps_list in candidates[(fmt.value, group)]:
+        for pps in pps_list:
+            out.append(DecodeConfig(bh, bt, 0, nw, ns, pps, dec, pure, lazy))
+    return out
 
 
 def timed(fn) -> float:
@@ -227,30 +276,44 @@ def bench_shape(
 
     res, fp8_cfg = {"H": heads, "B": bsz, "topk": topk}, None
     for fmt in (KVFormat.NVFP4, KVFormat.FP8):
-        cache, tried = pool["caches"][fmt], {}
-        for (bh, bt, nw, ns), pps in product(
-            candidates["h16" if heads <= 16 else "h64"], PROGRAMS_PER_SM
-        ):
+        cache, tried, errs = pool["caches"][fmt], {}, {}
+        ref, _ = sparse_mla_decode_ref(q, cache, idx, fmt, SM_SCALE, pool["kv_scale"])
+        for cfg in candidate_configs(fmt, heads, candidates):
             if time.time() > deadline and tried:
                 break
-            cfg = DecodeConfig(bh, bt, 0, nw, ns, pps)
             fn = partial(sparse_mla_decode, q, cache, idx, fmt, SM_SCALE, pool["kv_scale"], cfg)
             try:
+                errs[cfg] = rel(fn()[0], ref)  # every candidate against the reference
                 tried[cfg] = timed(fn)
             except Exception as e:  # a config that does not fit (shared memory) is reported
                 res.setdefault("failed_configs", []).append(f"{fmt.value} {cfg}: {e!r:.300}")
-        if not tried:
+        ok = {c: t for c, t in tried.items() if errs[c] < 2e-2}
+        bad = [f"{_cfg_name(c)} err {errs[c]:.2e}" for c in tried if c not in ok]
+        if bad:
+            res.setdefault("wrong_configs", []).extend(f"{fmt.value} {b}" for b in bad)
+        if not ok:
             continue
-        cfg = min(tried, key=tried.get)
+        cfg = min(ok, key=ok.get)
         out, _ = sparse_mla_decode(q, cache, idx, fmt, SM_SCALE, pool["kv_scale"], cfg)
-        configs = {_cfg_name(c): t * 1e6 for c, t in tried.items()}
+        configs = {_cfg_name(c): [t * 1e6, errs[c]] for c, t in tried.items()}
         res[fmt.value] = entry(
-            tried[cfg], ROW_BYTES[fmt], out, config=_cfg_name(cfg), all_configs_us=configs
+            tried[cfg],
+            ROW_BYTES[fmt],
+            out,
+            config=_cfg_name(cfg),
+            all_configs_us_err=configs,
+            err_vs_ref=errs[cfg],
         )
-        if fmt == KVFormat.NVFP4 and dev.type == "cuda":  # the same config, portable decoder
-            slow = replace(cfg, asm_e2m1=False)
-            fn = partial(sparse_mla_decode, q, cache, idx, fmt, SM_SCALE, pool["kv_scale"], slow)
-            res["nvfp4_portable"] = entry(timed(fn), ROW_BYTES[fmt], fn()[0], config="no asm")
+        if fmt == KVFormat.NVFP4:  # round 1's kernel (prmt decoder, its default config)
+            r1 = [c for c in tried if c.decoder == "prmt"]
+            if r1:
+                res["nvfp4_r1"] = entry(tried[r1[0]], ROW_BYTES[fmt], out, config=_cfg_name(r1[0]))
+            if dev.type == "cuda" and (heads, bsz) in ((16, 64), (64, 128)):  # portable decoder
+                slow = replace(cfg, decoder="portable")
+                fn = partial(
+                    sparse_mla_decode, q, cache, idx, fmt, SM_SCALE, pool["kv_scale"], slow
+                )
+                res["nvfp4_portable"] = entry(timed(fn), ROW_BYTES[fmt], fn()[0], config="portable")
         fp8_cfg = cfg if fmt == KVFormat.FP8 else fp8_cfg
     stage = torch.empty(bsz * topk, KV_DIM, dtype=torch.uint8, device=dev)
     nv = pool["caches"][KVFormat.NVFP4]
@@ -261,8 +324,33 @@ def bench_shape(
     return res
 
 
+def _compile_worker(plan: list) -> list[str]:
+    """Runs each (format, config, H, B, topk) once on small random data: Triton compiles the
+    same specializations the benchmark will use and caches them for the main process."""
+    dev = torch.device("cuda")
+    errors = []
+    pool = 1 << 14
+    caches = {
+        f: torch.randint(0, 120, (pool // 64, 64, ROW_BYTES[f]), dtype=torch.uint8, device=dev)
+        for f in (KVFormat.NVFP4, KVFormat.FP8)
+    }
+    for fmt, cfg, heads, bsz, topk in plan:
+        fmt = KVFormat(fmt)
+        q = torch.randn(bsz, heads, KV_DIM, device=dev).to(torch.bfloat16)
+        idx = torch.randint(0, pool, (bsz, topk), device=dev, dtype=torch.int32)
+        try:
+            sparse_mla_decode(q, caches[fmt], idx, fmt, SM_SCALE, 1.0, cfg)
+        except Exception as e:
+            errors.append(f"{fmt.value} {cfg}: {e!r:.300}")
+    torch.cuda.synchronize()
+    return errors
+
+
 def _cfg_name(c: DecodeConfig) -> str:
-    return f"h{c.block_h}_t{c.block_t}_w{c.num_warps}_s{c.num_stages}_p{c.programs_per_sm}"
+    flags = (
+        f"_{c.decoder}" + ("" if c.decode_pure else "_once") + ("_lazy" if c.lazy_rescale else "")
+    )
+    return f"h{c.block_h}_t{c.block_t}_w{c.num_warps}_s{c.num_stages}_p{c.programs_per_sm}{flags}"
 
 
 def goals(shapes: list[dict], ceil: dict) -> dict:
@@ -297,7 +385,7 @@ def table(res: dict) -> str:
         f"{'%floor':>6} {'err_vs_bf16':>11} config",
     ]
     for r in res["shapes"]:
-        for p in ("nvfp4", "nvfp4_portable", "fp8", "staging", "torch_bf16"):
+        for p in ("nvfp4", "nvfp4_r1", "nvfp4_portable", "fp8", "staging", "torch_bf16"):
             if p not in r:
                 continue
             e = r[p]
@@ -330,6 +418,12 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CPU interpreter)")
     ap.add_argument("--budget-s", type=float, default=420, help="stop trying configs after this")
     ap.add_argument(
+        "--shapes",
+        default="16x1,16x64,16x128,64x1,64x64,64x128,128x1,128x64,128x128",
+        help="HxB list",
+    )
+    ap.add_argument("--precompile", type=int, default=12, help="parallel compile processes")
+    ap.add_argument(
         "--profile",
         nargs=2,
         type=int,
@@ -355,29 +449,50 @@ def main() -> None:
     def save() -> None:
         out_path.write_text(json.dumps(res, indent=1, default=str))
 
+    shapes = [tuple(map(int, x.split("x"))) for x in args.shapes.split(",")]
     if args.smoke:
         res["ceilings"] = {"hbm_read_tbs": 1.0, "copy_rw_tbs": 1.0, "bf16_mm_tflops": 1.0}
-        pool_n, heads_list, bs_list, topk = 1 << 10, [16], [2], 64
-        candidates = {"h16": [(16, 32, 4, 1)]}
+        pool_n, heads_list, topk = 1 << 10, [16], 64
+        shapes = [(16, 2)]
+        candidates = {
+            ("nvfp4", "h16"): [(16, 32, 4, 1, *E4_ONCE_LAZY, (2,))],
+            ("fp8", "h16"): [(16, 32, 4, 1, *PLAIN, (2,))],
+        }
     else:
         candidates = CANDIDATES
         res["ceilings"] = ceilings(dev)
-        pool_n, heads_list, bs_list, topk = 1 << 22, [16, 64, 128], [1, 64, 128], 2048
+        pool_n, topk = 1 << 22, 2048
+        heads_list = sorted({h for h, _ in shapes})
     print("ceilings", res["ceilings"], flush=True)
+    compiling = None
+    if dev.type == "cuda" and args.precompile > 0:  # compile every candidate in parallel
+        plan = [
+            (fmt.value, cfg, h, b, topk)
+            for h, b in shapes
+            for fmt in (KVFormat.NVFP4, KVFormat.FP8)
+            for cfg in candidate_configs(fmt, h, candidates)
+        ]
+        ctx = multiprocessing.get_context("spawn")
+        workers = ctx.Pool(args.precompile)
+        chunks = [plan[i :: args.precompile] for i in range(args.precompile)]
+        compiling = workers.map_async(_compile_worker, chunks)
     pool = build_pool(pool_n, gen, res)
     print("write kernel", res["write_kernel"], flush=True)
     res["correctness"] = check_correctness(pool, heads_list, gen)
     print("correctness", res["correctness"], flush=True)
     save()
+    if compiling is not None:
+        errors = [e for chunk in compiling.get() for e in chunk]
+        workers.close()
+        res["precompile"] = {"s": time.time() - t0, "errors": errors}
+        print("precompiled", res["precompile"], flush=True)
     res["shapes"] = []
-    for heads in heads_list:
-        for bsz in bs_list:
-            r = bench_shape(
-                pool, heads, bsz, topk, res["ceilings"], gen, candidates, t0 + args.budget_s
-            )
-            res["shapes"].append(r)
-            print(json.dumps(r, default=str), flush=True)
-            save()
+    deadline = time.time() + args.budget_s
+    for heads, bsz in shapes:
+        r = bench_shape(pool, heads, bsz, topk, res["ceilings"], gen, candidates, deadline)
+        res["shapes"].append(r)
+        print(json.dumps(r, default=str), flush=True)
+        save()
     res["goals"] = goals(res["shapes"], res["ceilings"])
     res["kernels"] = kernel_resources() if dev.type == "cuda" else []
     res["wall_s"] = time.time() - t0

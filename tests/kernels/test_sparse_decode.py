@@ -24,6 +24,7 @@ def _check(
     gen: torch.Generator,
     config: DecodeConfig | None,
     rtol: float,
+    std: float = 3.0,
 ) -> None:
     dev = gen.device
     kv = heavy_tailed((pool, KV_DIM), gen)
@@ -32,7 +33,7 @@ def _check(
     rows[0] = 0x7F
     cache = rows.view(pool // 16, 16, ROW_BYTES[fmt])
     sm_scale = 1 / math.sqrt(192)
-    q = logit_scaled_q(bsz, heads, kv, sm_scale, gen)
+    q = logit_scaled_q(bsz, heads, kv, sm_scale, gen, std=std)
     idx = ragged_topk(bsz, topk, pool, gen)
     out = torch.full((bsz, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
     lse = torch.full((bsz, heads), float("nan"), device=dev)
@@ -55,6 +56,17 @@ def test_matches_reference_small(fmt: KVFormat, splits: int, gen: torch.Generato
     _check(fmt, bsz=3, heads=20, topk=96, pool=64, gen=gen, config=cfg, rtol=1e-2)
 
 
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+@pytest.mark.parametrize(("splits", "std"), [(1, 3.0), (3, 3.0), (1, 12.0)])
+def test_lazy_rescale_matches_reference(
+    fmt: KVFormat, splits: int, std: float, gen: torch.Generator
+) -> None:
+    # Rescaling only when the running max grows by > 2**8: with scores of std 3 most tiles after
+    # the first skip the rescale; with std 12 the max keeps jumping and many tiles take it.
+    cfg = DecodeConfig(block_h=16, block_t=16, num_splits=splits, num_warps=4, lazy_rescale=True)
+    _check(fmt, bsz=3, heads=20, topk=160, pool=64, gen=gen, config=cfg, rtol=1e-2, std=std)
+
+
 def test_combine_merges_many_splits(gen: torch.Generator) -> None:
     # 20 splits of 16 slots: the combine kernel walks them 16 at a time.
     cfg = DecodeConfig(block_h=16, block_t=16, num_splits=20, num_warps=4)
@@ -69,6 +81,22 @@ def test_matches_reference_glm_shapes(fmt: KVFormat, heads: int, gen: torch.Gene
 
 
 @pytest.mark.gpu
-def test_portable_decoder_matches_on_gpu(gen: torch.Generator) -> None:
-    cfg = replace(default_config(64, KVFormat.NVFP4), asm_e2m1=False)
-    _check(KVFormat.NVFP4, bsz=4, heads=64, topk=512, pool=1 << 14, gen=gen, config=cfg, rtol=2e-2)
+@pytest.mark.parametrize("heads", [16, 64])
+def test_lazy_rescale_matches_on_gpu(heads: int, gen: torch.Generator) -> None:
+    cfg = replace(default_config(heads, KVFormat.NVFP4), lazy_rescale=True)
+    _check(
+        KVFormat.NVFP4, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=cfg, rtol=2e-2
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decoder", ["portable", "prmt", "e4m3"])
+@pytest.mark.parametrize("pure", [True, False])
+@pytest.mark.parametrize("heads", [16, 64])
+def test_every_decoder_matches_on_gpu(
+    decoder: str, pure: bool, heads: int, gen: torch.Generator
+) -> None:
+    cfg = replace(default_config(heads, KVFormat.NVFP4), decoder=decoder, decode_pure=pure)
+    _check(
+        KVFormat.NVFP4, bsz=4, heads=heads, topk=512, pool=1 << 14, gen=gen, config=cfg, rtol=2e-2
+    )
