@@ -7,7 +7,9 @@ from pathlib import Path
 
 from envs.sandbox import SandboxPolicy
 from envs.task import Task
-from envs.workspace import Changes, Workspace
+from envs.workspace import Changes, Workspace, truncate
+
+GRADE_OUTPUT = 4_000_000  # characters of the hidden tests' report kept for grading
 
 
 @dataclass(frozen=True)
@@ -32,14 +34,15 @@ def score_changes(task: Task, changes: Changes, scratch: Path | None, timeout_s:
         ws = Workspace(populate, root=scratch, prefix=f"score-{task.task_id}-", policy=policy)
     except OSError as exc:
         return Score(0.0, 0, 0, "", changes.diff, infra_error=f"scoring sandbox failed: {exc}")
-    try:
-        res = ws.run(task.repo.hidden_test_argv(ws.python()), timeout_s, max_output)
+    try:  # graded on the whole report (up to GRADE_OUTPUT), stored cut to max_output
+        res = ws.run(task.repo.hidden_test_argv(ws.python()), timeout_s, GRADE_OUTPUT)
     except OSError as exc:
         return Score(0.0, 0, 0, "", changes.diff, infra_error=f"hidden tests did not run: {exc}")
     finally:
         ws.close()
+    shown = truncate(res.output, max_output)
     if res.timed_out:  # the agent's code may loop forever: that is a failing solution
-        return Score(0.0, 0, 0, res.output + "\n[hidden tests timed out]", changes.diff)
+        return Score(0.0, 0, 0, shown + "\n[hidden tests timed out]", changes.diff)
     grade = task.repo.grade(res.output, res.exit_code)
-    return Score(1.0 if grade.passed else 0.0, grade.tests_total, grade.tests_failed,
-                 res.output, changes.diff)
+    return Score(1.0 if grade.passed else 0.0, grade.tests_total, grade.tests_failed, shown,
+                 changes.diff)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.stdlib import BUILTIN, Row, load_rows, materialize, parse_summary, reference_fix
+from envs.stdlib import BUILTIN, Row, load_rows, materialize, parse_details, reference_fix
 from envs.stdlib import test_command as stdlib_test_command
 from envs.task import Grade, Task
 
@@ -25,16 +25,21 @@ class StdlibRepo:
         """The hidden tests are the installed `test` package's: nothing to copy."""
 
     def hidden_test_argv(self, python: str) -> list[str]:
-        return stdlib_test_command(self.row.hidden_tests, python)
+        return stdlib_test_command(self.row.hidden_tests, python, details=True)
 
     def visible_test_argv(self, python: str) -> list[str]:
         return stdlib_test_command([self.row.test_module], python)
 
     def grade(self, output: str, exit_code: int | None) -> Grade:
-        summary = parse_summary(output)
-        if summary is None:  # crashed, hung or printed no verdict: the fix is not right
-            return Grade(len(self.row.hidden_tests), len(self.row.hidden_tests), False)
-        return Grade(summary.tests, summary.n_not_passed, summary.ok)
+        """Every hidden test must pass, except those the sandbox skips (no extended attributes
+        on its tmpfs, no network interfaces): a test that cannot run cannot fail a fix."""
+        wanted = self.row.hidden_tests
+        details = parse_details(output)
+        if details is None:  # crashed, hung or printed no verdict: the fix is not right
+            return Grade(len(wanted), len(wanted), False)
+        outcomes = [details.get(t, {}).get("outcome", "missing") for t in wanted]
+        failed = sum(o not in ("pass", "skip") for o in outcomes)
+        return Grade(len(wanted), failed, failed == 0 and "pass" in outcomes)
 
     def reference_fix(self) -> dict[str, str]:
         path, text = reference_fix(self.row)
