@@ -24,7 +24,9 @@ def _gather_kernel(
     rmask = r < n
     idx = tl.load(idx_ptr + r, mask=rmask, other=-1)
     valid = idx >= 0
-    lo, hi, rope = load_latent_tile(cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32, DEC)
+    lo, hi, rope = load_latent_tile(
+        cache_ptr, idx, valid, NVFP4, 352, BLOCK_R, tl.float32, DEC, True, 0, False
+    )
     lat = tl.reshape(tl.join(lo, hi), (BLOCK_R, 512))  # back to dims 0, 1, 2, ...
     lat = tl.minimum(tl.maximum(lat * inv_scale, -448.0), 448.0).to(tl.float8e4nv)
     rope = tl.minimum(tl.maximum(rope * inv_scale, -448.0), 448.0).to(tl.float8e4nv)

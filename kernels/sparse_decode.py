@@ -32,6 +32,10 @@ class DecodeConfig:
     decoder: str = "e4m3"
     decode_pure: bool = True  # False: decode a tile once even where two MMA layouts want it
     lazy_rescale: bool = False  # rescale out/l only when the running max grows by > 2**8
+    # two programs per (query, split, head block), each accumulating half of the 512 output
+    # dims (both compute the full scores): half the accumulator registers, twice the programs
+    split_v: bool = False
+    maxnreg: int | None = None  # register cap per thread (ptxas), for more programs per SM
 
 
 def default_config(num_heads: int, fmt: KVFormat) -> DecodeConfig:
@@ -73,19 +77,30 @@ def _split_kernel(
     DEC: tl.constexpr,
     PURE: tl.constexpr,
     LAZY: tl.constexpr,
+    SPLIT_V: tl.constexpr,
 ):
     b = tl.program_id(0)
     split = tl.program_id(1)
     nsplit = tl.num_programs(1)
-    heads = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
-    hmask = heads < H
-    d = tl.arange(0, 256)
-    if FMT == NVFP4:  # the halves the tile loader produces: even / odd latent dims
-        dim_a = 2 * d
-        dim_b = 2 * d + 1
+    if SPLIT_V:  # two programs per head block, each accumulating one half of the output
+        hblock = tl.program_id(2) // 2
+        half = tl.program_id(2) % 2
     else:
-        dim_a = d
-        dim_b = d + 256
+        hblock = tl.program_id(2)
+        half = 0
+    heads = hblock * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    # the scores (so lse) are the same in both halves: one writes it
+    lmask = hmask & (heads * 0 + half == 0) if SPLIT_V else hmask
+    d = tl.arange(0, 256)
+    # the halves the tile loader produces: even / odd latent dims (NVFP4), first / second 256
+    # (FP8); with SPLIT_V, half "a" is the one this program accumulates (its `half`)
+    if FMT == NVFP4:
+        dim_a = 2 * d + half
+        dim_b = 2 * d + 1 - half
+    else:
+        dim_a = d + 256 * half
+        dim_b = d + 256 - 256 * half
     qrow = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
     q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(tl.float32)
     q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(tl.float32)
@@ -103,14 +118,16 @@ def _split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc_a = tl.zeros([BLOCK_H, 256], tl.float32)
-    acc_b = tl.zeros([BLOCK_H, 256], tl.float32)
+    acc_b = tl.zeros([BLOCK_H, 256 if not SPLIT_V else 16], tl.float32)  # unused with SPLIT_V
     start = split * split_len
     end = tl.minimum(start + split_len, topk)
     for t0 in range(start, end, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         idx = tl.load(idx_ptr + b.to(tl.int64) * stride_ib + t, mask=t < end, other=-1)
         valid = idx >= 0
-        k_a, k_b, k_r = load_latent_tile(cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT, DEC, PURE)
+        k_a, k_b, k_r = load_latent_tile(
+            cache_ptr, idx, valid, FMT, ROW, BLOCK_T, DOT, DEC, PURE, half, SPLIT_V
+        )
         s = tl.dot(q_a, tl.trans(k_a))
         s = tl.dot(q_b, tl.trans(k_b), s)
         s = tl.dot(q_r, tl.trans(k_r), s)
@@ -133,7 +150,8 @@ def _split_kernel(
             l_i = l_i + tl.sum(p, axis=1)
             p = p.to(DOT)
             acc_a = tl.dot(p, k_a, acc_a)
-            acc_b = tl.dot(p, k_b, acc_b)
+            if not SPLIT_V:
+                acc_b = tl.dot(p, k_b, acc_b)
         else:
             m_new = tl.maximum(m_i, m_tile)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf on empty tiles
@@ -142,7 +160,8 @@ def _split_kernel(
             l_i = l_i * alpha + tl.sum(p, axis=1)
             p = p.to(DOT)
             acc_a = tl.dot(p, k_a, acc_a * alpha[:, None])
-            acc_b = tl.dot(p, k_b, acc_b * alpha[:, None])
+            if not SPLIT_V:
+                acc_b = tl.dot(p, k_b, acc_b * alpha[:, None])
             m_i = m_new
 
     empty = l_i == 0  # every slot of this split was padding: acc is 0, lse -inf
@@ -152,14 +171,16 @@ def _split_kernel(
         w = (v_scale / l_safe)[:, None]
         optr = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
         tl.store(optr + dim_a[None, :], (acc_a * w).to(tl.bfloat16), mask=hmask[:, None])
-        tl.store(optr + dim_b[None, :], (acc_b * w).to(tl.bfloat16), mask=hmask[:, None])
-        tl.store(lse_ptr + b * H + heads, lse2 * 0.6931471805599453, mask=hmask)
-    else:
+        if not SPLIT_V:
+            tl.store(optr + dim_b[None, :], (acc_b * w).to(tl.bfloat16), mask=hmask[:, None])
+        tl.store(lse_ptr + b * H + heads, lse2 * 0.6931471805599453, mask=lmask)
+    else:  # opart[..., :256] holds half a (dims 2i / i), [256:] half b (2i + 1 / 256 + i)
         part = (b * nsplit + split).to(tl.int64) * H + heads
-        optr = opart_ptr + part[:, None] * 512 + d[None, :]
+        optr = opart_ptr + part[:, None] * 512 + 256 * half + d[None, :]
         tl.store(optr, acc_a / l_safe[:, None], mask=hmask[:, None])
-        tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
-        tl.store(lpart_ptr + part, lse2, mask=hmask)
+        if not SPLIT_V:
+            tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
+        tl.store(lpart_ptr + part, lse2, mask=lmask)
 
 
 @triton.jit
@@ -234,7 +255,8 @@ def sparse_mla_decode(
     topk = indices.shape[1]
     cfg = config or default_config(num_heads, fmt)
     head_blocks = triton.cdiv(num_heads, cfg.block_h)
-    nsplit = cfg.num_splits or _auto_splits(q.device, bsz * head_blocks, cfg.programs_per_sm)
+    programs = bsz * head_blocks * (2 if cfg.split_v else 1)
+    nsplit = cfg.num_splits or _auto_splits(q.device, programs, cfg.programs_per_sm)
     split_len = triton.cdiv(triton.cdiv(topk, nsplit), cfg.block_t) * cfg.block_t
     nsplit = triton.cdiv(topk, split_len)
     if out is None:
@@ -247,14 +269,15 @@ def sparse_mla_decode(
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     v_scale = kv_scale if fmt == KVFormat.FP8 else 1.0
     dot = _TL_DTYPE[dot_dtype or (torch.float16 if q.is_cuda else torch.float32)]
-    _split_kernel[(bsz, nsplit, head_blocks)](
+    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and q.is_cuda else {}
+    _split_kernel[(bsz, nsplit, head_blocks * (2 if cfg.split_v else 1))](
         q, cache, indices, opart, lpart, out, lse, sm_scale * v_scale * math.log2(math.e),
         v_scale, num_heads, topk, split_len, q.stride(0), q.stride(1), indices.stride(0),
         out.stride(0), out.stride(1), FMT=FORMAT_ID[fmt], ROW=ROW_BYTES[fmt],
         BLOCK_H=cfg.block_h, BLOCK_T=cfg.block_t, DOT=dot, DIRECT=direct,
         DEC=DECODERS[cfg.decoder if q.is_cuda else "portable"], PURE=cfg.decode_pure,
-        LAZY=cfg.lazy_rescale,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)  # fmt: skip
+        LAZY=cfg.lazy_rescale, SPLIT_V=cfg.split_v,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)  # fmt: skip
     if not direct:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, v_scale, num_heads, nsplit, out.stride(0), out.stride(1),

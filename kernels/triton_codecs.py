@@ -111,6 +111,31 @@ DEC_PRMT: tl.constexpr = tl.constexpr(2)
 DECODERS = {"portable": 0, "e4m3": 1, "prmt": 2}
 
 
+# Swap the two nibbles of every byte when $2 (4 copies of the shift byte) is 4; no-op at 0.
+_NIBBLE_SWAP_ASM = tl.constexpr("""{
+.reg .b32 s, u, w;
+and.b32 s, $2, 0xFF;
+shr.b32 u, $1, s;
+and.b32 u, u, 0x0F0F0F0F;
+shl.b32 w, $1, s;
+and.b32 w, w, 0xF0F0F0F0;
+or.b32 $0, u, w;
+}""")
+
+
+@triton.jit
+def nibble_swap(packed, shift, ASM: tl.constexpr):
+    """uint8 bytes with their nibbles swapped where `shift` (uint8, same shape) is 4."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            _NIBBLE_SWAP_ASM, "=r,r,r", [packed, shift], dtype=tl.uint8, is_pure=True, pack=4
+        )
+    else:
+        p = packed.to(tl.int32)
+        k = shift.to(tl.int32)
+        return (((p >> k) & 0x0F) | ((p << k) & 0xF0)).to(tl.uint8)
+
+
 @triton.jit
 def e2m1_pairs_asm(packed, scale, DEC: tl.constexpr, PURE: tl.constexpr):
     """uint8 E2M1 pairs and their fp16 scales (same shape) -> (low-nibble values, high-nibble
@@ -155,8 +180,10 @@ def load_latent_tile(
     ROW: tl.constexpr,
     BLOCK_T: tl.constexpr,
     DOT: tl.constexpr,
-    DEC: tl.constexpr = DEC_E4M3,
-    PURE: tl.constexpr = True,
+    DEC: tl.constexpr,
+    PURE: tl.constexpr,
+    half,
+    SWAP: tl.constexpr,
 ):
     """Rows at slots `idx` -> (lat_a [T, 256], lat_b [T, 256], rope [T, 64]) in dtype DOT.
 
@@ -165,12 +192,16 @@ def load_latent_tile(
     FP8 values come unscaled (the per-tensor scale is folded into the scores and output).
     Invalid rows load as zeros, so garbage (NaN bytes) in unused slots never reaches the MMA.
     DEC picks the NVFP4 decoder: DEC_PORTABLE (integer ops; the CPU interpreter), DEC_E4M3 or
-    DEC_PRMT (inline PTX, GPU only).
+    DEC_PRMT (inline PTX, GPU only). With SWAP, `half` (0 or 1) picks which half comes first:
+    half 1 returns (odd dims, even dims) for NVFP4 and (dims 256.., dims 0..) for FP8.
     """
     row = cache_ptr + idx.to(tl.int64) * ROW
     m = valid[:, None]
     if FMT == NVFP4:
         packed = tl.load(row[:, None] + tl.arange(0, 256)[None, :], mask=m, other=0)
+        if SWAP:
+            shift = tl.zeros([BLOCK_T, 256], tl.uint8) + (4 * half).to(tl.uint8)
+            packed = nibble_swap(packed, shift, DEC != DEC_PORTABLE)
         sc = tl.load(row[:, None] + 320 + tl.arange(0, 32)[None, :], mask=m, other=0)
         sc = sc.to(tl.float8e4nv, bitcast=True)  # scale j: bytes 8j..8j+7 (values 16j..16j+15)
         # convert the 32 scales of a row first, then give each of its 256 bytes its own
@@ -191,8 +222,10 @@ def load_latent_tile(
             lat_b = lat_b.to(DOT)
         rope_off = 256
     else:
-        lat_a = tl.load(row[:, None] + tl.arange(0, 256)[None, :], mask=m, other=0)
-        lat_b = tl.load(row[:, None] + 256 + tl.arange(0, 256)[None, :], mask=m, other=0)
+        off_a = 256 * half if SWAP else 0
+        off_b = 256 - 256 * half if SWAP else 256
+        lat_a = tl.load(row[:, None] + off_a + tl.arange(0, 256)[None, :], mask=m, other=0)
+        lat_b = tl.load(row[:, None] + off_b + tl.arange(0, 256)[None, :], mask=m, other=0)
         lat_a = lat_a.to(tl.float8e4nv, bitcast=True).to(DOT)
         lat_b = lat_b.to(tl.float8e4nv, bitcast=True).to(DOT)
         rope_off = 512

@@ -46,48 +46,59 @@ from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: 
 
 SM_SCALE = 1 / math.sqrt(192)  # GLM-5: qk_nope 192 + rope 64 folded into the 576-wide latent
 # Candidate configs per (format, head group): (block_h, block_t, num_warps, num_stages,
-# decoder, decode_pure, lazy_rescale, programs_per_sm values). Round 1's defaults are kept
-# (decoder "prmt") as the baseline; every candidate is also checked against the reference.
-R1 = ("prmt", True, False)
-E4 = ("e4m3", True, False)
-E4_ONCE = ("e4m3", False, False)
-E4_ONCE_LAZY = ("e4m3", False, True)
-E4_LAZY = ("e4m3", True, True)
-PLAIN = ("e4m3", True, False)  # FP8: the decoder flags do not apply
+# decoder, decode_pure, lazy_rescale, split_v, maxnreg, programs_per_sm values). Round 1's
+# defaults are kept (decoder "prmt") as the baseline; every candidate is also checked against
+# the reference.
+R1 = ("prmt", True, False, False, None)
+E4 = ("e4m3", True, False, False, None)
+E4_ONCE = ("e4m3", False, False, False, None)
+E4_ONCE_LAZY = ("e4m3", False, True, False, None)
+E4_SPLIT_V = ("e4m3", True, False, True, None)
+PLAIN = ("e4m3", True, False, False, None)  # FP8: the decoder flags do not apply
+
+
+def capped(flags: tuple, maxnreg: int) -> tuple:
+    return (*flags[:4], maxnreg)
+
+
 CANDIDATES = {
     ("nvfp4", "h16"): [
         (16, 32, 4, 1, *R1, (2,)),
         (16, 32, 4, 1, *E4, (2,)),
-        (16, 32, 4, 1, *E4_ONCE, (1, 2)),
-        (16, 32, 4, 2, *E4_ONCE, (1, 2, 3)),
-        (16, 32, 4, 3, *E4_ONCE, (1, 2, 3)),
-        (16, 32, 4, 3, *E4_ONCE_LAZY, (2, 3)),
+        (16, 32, 4, 2, *E4_ONCE, (2,)),
+        (16, 32, 4, 3, *E4_ONCE, (2, 3)),
         (16, 32, 4, 4, *E4_ONCE, (2,)),
+        (16, 32, 4, 3, *E4_ONCE_LAZY, (2,)),
         (16, 64, 8, 3, *E4_ONCE, (1, 2)),
-        (16, 64, 8, 2, *E4_ONCE_LAZY, (1, 2)),
+        (16, 32, 4, 3, *capped(E4_ONCE, 168), (2, 3)),
+        (16, 32, 4, 2, *capped(E4_ONCE, 168), (3,)),
+        (16, 32, 4, 1, *capped(E4_ONCE, 128), (3, 4)),
+        (16, 32, 4, 1, *capped(E4_ONCE, 168), (3,)),
     ],
     ("fp8", "h16"): [
-        (16, 32, 4, 2, *PLAIN, (1, 2)),
+        (16, 32, 4, 2, *PLAIN, (2,)),
         (16, 64, 8, 2, *PLAIN, (1, 2)),
-        (16, 32, 4, 3, *PLAIN, (1, 2, 3)),
-        (16, 32, 4, 1, *PLAIN, (1, 2)),
-        (16, 32, 4, 3, "e4m3", True, True, (2, 3)),
+        (16, 32, 4, 3, *PLAIN, (2, 3)),
+        (16, 32, 4, 1, *PLAIN, (2,)),
+        (16, 32, 4, 3, *capped(PLAIN, 168), (2, 3)),
+        (16, 32, 4, 1, *capped(PLAIN, 128), (3, 4)),
     ],
     ("nvfp4", "h64"): [
         (64, 64, 8, 3, *R1, (1,)),
         (64, 64, 8, 3, *E4, (1, 2)),
-        (64, 64, 8, 2, *E4, (1, 2)),
+        (64, 64, 8, 2, *E4, (1,)),
         (64, 64, 8, 1, *E4, (1, 2)),
-        (64, 32, 8, 3, *E4, (1, 2)),
-        (64, 64, 8, 3, *E4_LAZY, (1, 2)),
-        (64, 32, 8, 2, *E4_LAZY, (1, 2)),
+        (64, 64, 8, 4, *E4, (1,)),
+        (64, 32, 8, 3, *E4, (1,)),
+        (64, 64, 8, 3, *("e4m3", False, False, False, None), (1,)),
+        (64, 32, 8, 2, *E4_SPLIT_V, (1,)),
     ],
     ("fp8", "h64"): [
         (64, 64, 8, 2, *PLAIN, (1, 2)),
         (64, 64, 8, 1, *PLAIN, (1, 2)),
-        (64, 64, 8, 3, *PLAIN, (1, 2)),
-        (64, 32, 8, 1, *PLAIN, (1, 2)),
-        (64, 64, 8, 1, "e4m3", True, True, (1, 2)),
+        (64, 64, 8, 3, *PLAIN, (1,)),
+        (64, 32, 8, 1, *PLAIN, (1,)),
+        (64, 32, 8, 2, *("e4m3", True, False, True, None), (1,)),
     ],
 }
 
@@ -95,9 +106,11 @@ CANDIDATES = {
 def candidate_configs(fmt: KVFormat, heads: int, candidates: dict) -> list[DecodeConfig]:
     group = "h16" if heads <= 16 else "h64"
     out = []
-    for bh, bt, nw, ns, dec, pure, lazy, pps_list in candidates[(fmt.value, group)]:
+    for bh, bt, nw, ns, dec, pure, lazy, split_v, maxnreg, pps_list in candidates[
+        (fmt.value, group)
+    ]:
         for pps in pps_list:
-            out.append(DecodeConfig(bh, bt, 0, nw, ns, pps, dec, pure, lazy))
+            out.append(DecodeConfig(bh, bt, 0, nw, ns, pps, dec, pure, lazy, split_v, maxnreg))
     return out
 
 
@@ -348,7 +361,11 @@ def _compile_worker(plan: list) -> list[str]:
 
 def _cfg_name(c: DecodeConfig) -> str:
     flags = (
-        f"_{c.decoder}" + ("" if c.decode_pure else "_once") + ("_lazy" if c.lazy_rescale else "")
+        f"_{c.decoder}"
+        + ("" if c.decode_pure else "_once")
+        + ("_lazy" if c.lazy_rescale else "")
+        + ("_splitv" if c.split_v else "")
+        + (f"_r{c.maxnreg}" if c.maxnreg else "")
     )
     return f"h{c.block_h}_t{c.block_t}_w{c.num_warps}_s{c.num_stages}_p{c.programs_per_sm}{flags}"
 

@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("triton")
 
 from kernels.kv_formats import E2M1_VALUES  # noqa: E402
-from kernels.triton_codecs import _E2M1_ASM, _E2M1_PRMT_ASM  # noqa: E402
+from kernels.triton_codecs import _E2M1_ASM, _E2M1_PRMT_ASM, _NIBBLE_SWAP_ASM  # noqa: E402
 
 M32 = 0xFFFFFFFF
 
@@ -77,7 +77,7 @@ def run_ptx(asm: str, operands: dict[int, int]) -> dict[int, int]:
         else:
             raise AssertionError(f"unemulated instruction {op}")
         regs[d] = r
-    return {k: regs[f"${k}"] for k in range(4)}
+    return {k: regs[f"${k}"] for k in range(4) if f"${k}" in regs}
 
 
 @pytest.mark.parametrize(("asm", "unit"), [(_E2M1_ASM, 64.0), (_E2M1_PRMT_ASM, 1.0)])
@@ -97,3 +97,13 @@ def test_decoder_gives_every_code_in_every_byte(asm: str, unit: float) -> None:
                 b = (word >> (8 * k)) & 0xFF
                 assert _f16(lo[k]) == E2M1_VALUES[b & 15] * scale[k], (byte, pos, k)
                 assert _f16(hi[k]) == E2M1_VALUES[b >> 4] * scale[k], (byte, pos, k)
+
+
+def test_nibble_swap() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for word in torch.randint(0, 2**32, (200,), generator=gen, dtype=torch.int64).tolist():
+        assert run_ptx(_NIBBLE_SWAP_ASM, {1: word, 2: 0})[0] == word
+        swapped = run_ptx(_NIBBLE_SWAP_ASM, {1: word, 2: 0x04040404})[0]
+        for k in range(4):
+            b = (word >> (8 * k)) & 0xFF
+            assert (swapped >> (8 * k)) & 0xFF == ((b & 15) << 4) | (b >> 4)

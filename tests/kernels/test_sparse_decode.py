@@ -67,6 +67,14 @@ def test_lazy_rescale_matches_reference(
     _check(fmt, bsz=3, heads=20, topk=160, pool=64, gen=gen, config=cfg, rtol=1e-2, std=std)
 
 
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_split_v_matches_reference(fmt: KVFormat, splits: int, gen: torch.Generator) -> None:
+    # Two programs per head block, each accumulating one half of the output dims.
+    cfg = DecodeConfig(block_h=16, block_t=32, num_splits=splits, num_warps=4, split_v=True)
+    _check(fmt, bsz=3, heads=20, topk=96, pool=64, gen=gen, config=cfg, rtol=1e-2)
+
+
 def test_combine_merges_many_splits(gen: torch.Generator) -> None:
     # 20 splits of 16 slots: the combine kernel walks them 16 at a time.
     cfg = DecodeConfig(block_h=16, block_t=16, num_splits=20, num_warps=4)
@@ -78,6 +86,26 @@ def test_combine_merges_many_splits(gen: torch.Generator) -> None:
 @pytest.mark.parametrize("heads", [16, 64, 128])
 def test_matches_reference_glm_shapes(fmt: KVFormat, heads: int, gen: torch.Generator) -> None:
     _check(fmt, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=None, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+@pytest.mark.parametrize(("heads", "block_t"), [(16, 32), (64, 32), (128, 64)])
+def test_split_v_matches_on_gpu(
+    fmt: KVFormat, heads: int, block_t: int, gen: torch.Generator
+) -> None:
+    cfg = replace(default_config(heads, fmt), block_t=block_t, num_warps=4, split_v=True)
+    _check(fmt, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=cfg, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", [KVFormat.NVFP4, KVFormat.FP8])
+@pytest.mark.parametrize(("stages", "maxnreg", "pps"), [(3, 168, 3), (1, 128, 4), (2, 168, 3)])
+def test_register_capped_configs_match_on_gpu(
+    fmt: KVFormat, stages: int, maxnreg: int, pps: int, gen: torch.Generator
+) -> None:
+    cfg = DecodeConfig(16, 32, 0, 4, stages, pps, decode_pure=False, maxnreg=maxnreg)
+    _check(fmt, bsz=8, heads=16, topk=2048, pool=1 << 16, gen=gen, config=cfg, rtol=2e-2)
 
 
 @pytest.mark.gpu
