@@ -50,15 +50,21 @@ class Baseline:
 
     @property
     def timeout_s(self) -> float:
-        return max(10.0, 5.0 + 4.0 * self.seconds)
+        """Only for real hangs: a slow mutant cut off on a busy machine would make the build
+        depend on load (one statistics mutant runs 3x slower than the original)."""
+        return 30.0 + 10.0 * self.seconds
 
 
 def _run(text: str, module: str, ids: list[str], timeout_s: float, scratch: Path
          ) -> tuple[RunResult, str]:
-    """Run `ids` against a repository holding `text` as the module; also return its path."""
-    with tempfile.TemporaryDirectory(dir=scratch) as repo:
-        (Path(repo) / f"{module}.py").write_bytes(text.encode("utf-8"))
-        return run_tests(Path(repo), ids, timeout_s), repo
+    """Run `ids` against a repository holding `text` as the module, with a private TMPDIR
+    (some suites use fixed paths there). Also returns the run's folder, for `clean`."""
+    with tempfile.TemporaryDirectory(dir=scratch) as home:
+        repo, tmp = Path(home) / "repo", Path(home) / "tmp"
+        repo.mkdir()
+        tmp.mkdir()
+        (repo / f"{module}.py").write_bytes(text.encode("utf-8"))
+        return run_tests(repo, ids, timeout_s, tmp_dir=tmp), home
 
 
 def _passed(result: RunResult, prefix: str) -> set[str]:
@@ -129,7 +135,7 @@ def try_mutant(base: Baseline, mutation: Mutation, scratch: Path) -> Row | str:
     mutant = mutation.apply(base.text)
     if not _compiles_differently(base.text, mutant, f"{base.module}.py"):
         return NOT_A_MUTANT
-    whole, repo = _run(mutant, base.module, [base.test_module], base.timeout_s, scratch)
+    whole, home = _run(mutant, base.module, [base.test_module], base.timeout_s, scratch)
     if whole.timed_out or whole.details is None:
         return "hangs or crashes the runner"
     failing = sorted(set(base.passing) - _passed(whole, base.test_module + "."))
@@ -137,12 +143,12 @@ def try_mutant(base: Baseline, mutation: Mutation, scratch: Path) -> Row | str:
         return "no test fails"
     if len(failing) > MAX_FAIL_FRACTION * len(base.passing):
         return "breaks most of the suite"
-    again, repo_again = _run(mutant, base.module, list(base.passing), base.timeout_s, scratch)
+    again, home_again = _run(mutant, base.module, list(base.passing), base.timeout_s, scratch)
     if again.timed_out or sorted(set(base.passing) - _passed(again, "")) != failing:
         return "fails differently when rerun by test id"
-    failures = _failures(whole, repo, failing)
+    failures = _failures(whole, home, failing)
     statement = write_statement(base.module, base.test_module, failures, base.public)
-    rerun = write_statement(base.module, base.test_module, _failures(again, repo_again, failing),
+    rerun = write_statement(base.module, base.test_module, _failures(again, home_again, failing),
                             base.public)
     if statement != rerun:
         return "its failure messages change from run to run"
@@ -155,17 +161,17 @@ def try_mutant(base: Baseline, mutation: Mutation, scratch: Path) -> Row | str:
                generator=GENERATOR_VERSION)
 
 
-def _failures(result: RunResult, repo: str, failing: list[str]) -> dict[str, dict]:
+def _failures(result: RunResult, home: str, failing: list[str]) -> dict[str, dict]:
     """Runner details of the failing tests, with run-specific text removed."""
     details = result.details or {}
-    return {t: {k: _clean(v, repo) for k, v in details.get(t, {}).items()} for t in failing}
+    return {t: {k: _clean(v, home) for k, v in details.get(t, {}).items()} for t in failing}
 
 
-def _clean(value: object, repo: str) -> object:
+def _clean(value: object, home: str) -> object:
     if isinstance(value, str):
-        return clean(value, repo)
+        return clean(value, {f"{home}/repo": ".", f"{home}/tmp": "/tmp"})
     if isinstance(value, list):
-        return [_clean(v, repo) for v in value]
+        return [_clean(v, home) for v in value]
     return value
 
 

@@ -19,6 +19,7 @@ for _root, _dirs, _files in os.walk(HERE):
         for _name in _files:
             os.remove(os.path.join(_root, _name))
 
+import random  # noqa: E402
 import traceback  # noqa: E402
 import unittest  # noqa: E402
 
@@ -36,11 +37,17 @@ def _where(test: unittest.TestCase, tb) -> list[list[str]]:
 
 
 class Recorder(unittest.TextTestResult):
-    """Keeps one outcome per test id; a failing subtest fails its test."""
+    """Keeps one outcome per test id; a failing subtest fails its test. Each test starts from
+    a random seed of its own id: suites that draw unseeded random data then give the same
+    verdict on every run and in any order."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.outcomes: dict[str, dict] = {}
+
+    def startTest(self, test) -> None:
+        random.seed(test.id())
+        super().startTest(test)
 
     def _record(self, test, outcome: str, err=None, subtest=None) -> None:
         if self.outcomes.get(test.id(), {}).get("outcome") == "fail":
@@ -86,15 +93,16 @@ class Recorder(unittest.TextTestResult):
 
 
 def _summary(ids: list[str], outcomes: dict[str, dict]) -> dict:
-    """Counts, and the requested tests that did not pass: failed, skipped or never run (first
-    20). A test that never ran (import error, failing setUpClass) counts once, as missing."""
+    """Counts, and the requested tests that did not pass: failed, skipped or never run (the
+    first 10, so the line survives a cut output). A test that never ran (import error, failing
+    setUpClass) counts once, as missing."""
     def requested(test_id: str) -> bool:
         return any(test_id == i or test_id.startswith(i + ".") for i in ids)
 
     bad = sorted(k for k, v in outcomes.items() if v["outcome"] != "pass" and requested(k))
     bad += [i for i in ids if not any(k == i or k.startswith(i + ".") for k in outcomes)]
     passed = sum(v["outcome"] == "pass" for v in outcomes.values())
-    return {"tests": len(outcomes), "passed": passed, "not_passed": bad[:20],
+    return {"tests": len(outcomes), "passed": passed, "not_passed": bad[:10],
             "n_not_passed": len(bad)}
 
 

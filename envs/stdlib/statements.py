@@ -17,9 +17,13 @@ MAX_ERROR_LINES = 12
 MAX_ERROR_CHARS = 700
 
 
-def clean(text: str, repo: str) -> str:
-    """Drop what differs between runs: the scratch folder and object addresses."""
-    return re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", text.replace(repo, "."))
+def clean(text: str, paths: dict[str, str]) -> str:
+    """Drop what differs between runs: scratch folders (given as {path: stand-in}) and object
+    addresses."""
+    for path, stand_in in paths.items():
+        text = text.replace(path, stand_in)
+    text = re.sub(r"\[\d+ chars\]", "[...]", text)  # unittest's elisions count path lengths
+    return re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", text)
 
 
 def _short_error(error: str) -> str:
@@ -50,7 +54,8 @@ def _lead(module: str, failures: dict[str, dict], public: set[str], test_module:
     apis = [f"`{name}()`" for name in _apis(failures, public)[:3]]
     subject = f"calls such as {', '.join(apis)}" if apis else "some of its functions"
     count = len(failures)
-    tests = f"{count} test{'s' if count > 1 else ''} in `{test_module}` fail"
+    tests = f"{count} tests in `{test_module}` fail" if count > 1 else \
+        f"a test in `{test_module}` fails"
     return f"In the `{module}` module, {subject} {symptom}: {tests}."
 
 

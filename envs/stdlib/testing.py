@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-RUNNER = (Path(__file__).with_name("runner.py")).read_text()
+RUNNER = Path(__file__).with_name("runner.py").read_text()
 DETAILS, SUMMARY = "@@stdlib-details@@", "@@stdlib-summary@@"  # as printed by runner.py
 
 
@@ -21,7 +21,7 @@ class TestSummary:
 
     tests: int  # tests that ran
     passed: int
-    not_passed: tuple[str, ...]  # failed, skipped or never run (the first 20 ids)
+    not_passed: tuple[str, ...]  # failed, skipped or never run (the first 10 ids)
     n_not_passed: int
 
     @property
@@ -71,10 +71,15 @@ class RunResult:
 
 
 def run_tests(repo: Path, test_ids: Sequence[str], timeout_s: float,
-              python: str = sys.executable, details: bool = True) -> RunResult:
+              python: str = sys.executable, details: bool = True,
+              tmp_dir: Path | None = None) -> RunResult:
     """Run in `repo` with a wall-clock limit; a run that hangs is killed with its children.
-    PYTHON* variables are dropped so that only `repo` can shadow the stdlib."""
+    Other PYTHON* variables are dropped so that only `repo` can shadow the stdlib; `tmp_dir`
+    becomes TMPDIR, which keeps parallel runs of suites that use fixed temp paths apart."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONHASHSEED"] = "0"  # set and dict orders show up in failure messages
+    if tmp_dir is not None:
+        env["TMPDIR"] = str(tmp_dir)
     start = time.monotonic()
     proc = subprocess.Popen(test_command(test_ids, python, details), cwd=repo,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

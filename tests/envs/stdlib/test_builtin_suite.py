@@ -50,10 +50,12 @@ def test_statements_do_not_give_the_fix_away(rows):
         assert row.test_module in text and row.fail_to_pass[0].split(".")[-1] in text
 
 
-def _check(row: Row, repo: Path) -> None:
+def _check(row: Row, home: Path) -> None:
     """Doing nothing fails exactly FAIL_TO_PASS (reward 0); the reference edit passes all."""
+    repo, tmp = home / "repo", home / "tmp"
+    tmp.mkdir(parents=True)
     materialize(row, repo)
-    before = run_tests(repo, row.hidden_tests, TIMEOUT_S)
+    before = run_tests(repo, row.hidden_tests, TIMEOUT_S, tmp_dir=tmp)
     failing = {t for t in row.hidden_tests if before.details[t]["outcome"] != "pass"}
     assert failing == set(row.fail_to_pass), row.task_id
     assert not before.summary.ok
@@ -62,14 +64,14 @@ def _check(row: Row, repo: Path) -> None:
     assert mutant.count(old) == 1
     (repo / path).write_text(mutant.replace(old, new))
     assert (path, (repo / path).read_text()) == reference_fix(row)
-    after = run_tests(repo, row.hidden_tests, TIMEOUT_S, details=False)
+    after = run_tests(repo, row.hidden_tests, TIMEOUT_S, details=False, tmp_dir=tmp)
     assert after.summary.ok and after.summary.passed == len(row.hidden_tests), row.task_id
 
 
 @pytest.mark.parametrize("index", range(SAMPLE))
 def test_a_sample_of_tasks_runs_for_real(rows, index, tmp_path):
     row = rows[index * len(rows) // SAMPLE]
-    _check(row, tmp_path / "repo")
+    _check(row, tmp_path)
 
 
 def test_a_rebuild_gives_the_shipped_rows(rows, tmp_path):

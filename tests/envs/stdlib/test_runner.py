@@ -135,6 +135,15 @@ def test_the_repository_copy_shadows_modules_unittest_imports(tmp_path):
     assert run_tests(tmp_path, ["test_shadow"], 60).summary.ok
 
 
+def test_random_draws_repeat_in_any_order(tmp_path):
+    tests = TESTS.replace("import unittest\n", "import random\nimport unittest\n") + \
+        "\n    def test_draw(self):\n        self.assertEqual(random.random(), 0)\n"
+    repo = _repo(tmp_path, tests=tests)
+    alone = run_tests(repo, ["test_mymod.T.test_draw"], 60).details
+    after_others = run_tests(repo, ["test_mymod"], 60).details
+    assert alone["test_mymod.T.test_draw"] == after_others["test_mymod.T.test_draw"]
+
+
 def test_a_hanging_run_is_killed(tmp_path):
     module = MODULE.replace("return 1", "import time; time.sleep(60)")
     start = time.monotonic()
