@@ -1,6 +1,6 @@
 """Rebuild the built-in stdlib task suite (envs/tasks/stdlib/tasks-v1.jsonl), deterministically.
 
-    .venv/bin/python scripts/build_stdlib_tasks.py            # the whole suite, ~10 minutes
+    .venv/bin/python scripts/build_stdlib_tasks.py            # the whole suite, ~5 min on 2 cores
     .venv/bin/python scripts/build_stdlib_tasks.py --modules textwrap shlex --out /tmp/t.jsonl
 
 Mutants are validated against each module's own tests (at most --workers runs at a time).
