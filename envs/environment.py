@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envs.sandbox import SandboxFailure, SandboxPolicy
@@ -49,8 +49,9 @@ class Episode:
     def __init__(self, env: Environment, task: Task) -> None:
         self.env, self.task = env, task
         try:
+            policy = replace(env.policy, mask=(*env.policy.mask, *task.repo.masked_paths()))
             self.workspace = Workspace(task.repo.materialize, root=env.scratch,
-                                       prefix=f"{task.task_id}-", policy=env.policy)
+                                       prefix=f"{task.task_id}-", policy=policy)
         except OSError as exc:
             raise SandboxError(f"task {task.task_id}: sandbox could not start: {exc}") from None
         self.toolbox = ToolBox(self.workspace, env.tools, env.cfg.tool_timeout_s,

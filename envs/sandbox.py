@@ -40,6 +40,7 @@ class SandboxPolicy:
     uid: int = NOBODY
     hide: tuple[str, ...] = field(default_factory=lambda: _hidden_dirs())
     expose: tuple[str, ...] = field(default_factory=lambda: _interpreter_dirs())
+    mask: tuple[str, ...] = ()  # files that read as empty inside (e.g. a task's unbroken source)
 
 
 def _hidden_dirs() -> tuple[str, ...]:
@@ -75,6 +76,9 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy) -> list[str]:
         for keep in policy.expose:
             if _under(keep, root) and os.path.isdir(keep):
                 args += _mount_point(keep, root) + ["--ro-bind", keep, keep]
+    for path in policy.mask:
+        if os.path.isfile(path):
+            args += ["--ro-bind", "/dev/null", path]
     for root in hidden:
         if _under(str(workdir), root):
             args += _mount_point(str(workdir), root)

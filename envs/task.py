@@ -40,6 +40,9 @@ class TaskRepo(Protocol):
     def reference_fix(self) -> dict[str, str]:
         """Relative path -> full new text of each file the reference solution changes."""
 
+    def masked_paths(self) -> list[str]:
+        """Host files the agent's sandbox must not read (they would give the fix away)."""
+
 
 @dataclass(frozen=True)
 class Task:

@@ -42,6 +42,9 @@ class MiniRepo:
         total, failed = parse_unittest(output)
         return Grade(total, failed, exit_code == 0 and total > 0 and failed == 0)
 
+    def masked_paths(self) -> list[str]:
+        return []
+
     def reference_fix(self) -> dict[str, str]:
         root = self.folder / "solution"
         return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from envs.stdlib import BUILTIN, Row, load_rows, materialize, parse_details, reference_fix
 from envs.stdlib import test_command as stdlib_test_command
+from envs.stdlib.source import stdlib_dir
 from envs.task import Grade, Task
 
 
@@ -40,6 +41,12 @@ class StdlibRepo:
         outcomes = [details.get(t, {}).get("outcome", "missing") for t in wanted]
         failed = sum(o not in ("pass", "skip") for o in outcomes)
         return Grade(len(wanted), failed, failed == 0 and "pass" in outcomes)
+
+    def masked_paths(self) -> list[str]:
+        """The installed, unbroken module and its bytecode: copying them would be the fix."""
+        source = stdlib_dir() / self.row.path
+        cached = source.parent / "__pycache__"
+        return [str(source), *map(str, sorted(cached.glob(f"{source.stem}.*.pyc")))]
 
     def reference_fix(self) -> dict[str, str]:
         path, text = reference_fix(self.row)

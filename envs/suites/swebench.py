@@ -63,6 +63,9 @@ class GitRepo:
         failed = sum(outcome.get(t) != "PASSED" for t in wanted)
         return Grade(len(wanted), failed, bool(wanted) and failed == 0)
 
+    def masked_paths(self) -> list[str]:
+        return []
+
     def reference_fix(self) -> dict[str, str]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)

@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,14 @@ def test_a_stale_row_is_named_and_skipped(tmp_path, caplog):
     assert "task stale.1" in caplog.text and "task nostatement.1" in caplog.text
     with pytest.raises(EnvError, match="task stale.1"):
         load(EnvConfig(name="s", suite="stdlib", tasks_path=str(path), on_bad_task="fail"))
+
+
+def test_the_unbroken_module_is_masked_in_the_agents_sandbox():
+    """Copying the installed module would be the fix: inside the sandbox it cannot be read."""
+    task_id = sorted(ENV.tasks)[0]
+    installed = ENV.tasks[task_id].repo.masked_paths()[0]
+    first_line = Path(installed).read_text().splitlines()[0].strip()
+    with ENV.episode(task_id) as ep:
+        out = ep.call("bash", {"command": f"cat {installed}; ls"}).output
+        assert first_line not in out and "Permission denied" in out
+        assert ENV.tasks[task_id].repo.row.path in out.split()
