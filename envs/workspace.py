@@ -103,7 +103,8 @@ class Workspace:
             env: dict[str, str] | None = None) -> CommandResult:
         """Run a command in the workspace; on timeout its whole process group is killed."""
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.path),
-                "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+                "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+                "LANG": "C.UTF-8"}
         with tempfile.TemporaryFile(dir=self.home) as out:
             proc = subprocess.Popen(wrap(argv, self.path, self.policy), cwd=self.path,
                                     env={**base, **(env or {})}, stdin=subprocess.DEVNULL,
