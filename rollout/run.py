@@ -157,5 +157,24 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def _check_overrides(argv: list[str]) -> None:
+    """Compose the config once before Hydra runs, so a bad experiment or key is one line."""
+    if any(arg.startswith("-") for arg in argv):  # Hydra's own flags: leave those to Hydra
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(str(project_root() / "conf"), version_base="1.3"):
+            compose("config", overrides=argv)
+    except (HydraException, OmegaConfBaseException) as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()
+                 and not ln.strip().startswith(("Config search path", "provider="))]
+        print(f"error: {' '.join(lines)}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    _check_overrides(sys.argv[1:])
     main()

@@ -88,8 +88,8 @@ def _taken_port():
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["+experiment=nope"], "Could not find 'experiment/nope'"),
-    (["+experiment=swe_rl", "rollout.nope=1"], "Key 'nope' is not in struct"),
+    (["+experiment=nope"], "error: In 'config': Could not find 'experiment/nope'"),
+    (["+experiment=swe_rl", "rollout.nope=1"], "error: Could not override 'rollout.nope'"),
     (["+experiment=swe_rl", "+rollout.nope=1"], "error: unknown key(s) ['nope']"),
     (["+experiment=swe_rl", "model.path=/no/such/model"],
      "error: model path /no/such/model does not exist"),
@@ -104,7 +104,9 @@ def test_bad_input_is_one_clear_error(tmp_path, overrides, message):
         overrides = [o.replace("PORT", port) for o in overrides]
         job = _job(*overrides, f"output.dir={tmp_path}", "logger=none")
         log, _ = job.communicate(timeout=300)
-    assert job.returncode != 0
+    assert job.returncode == 2
     assert message.replace("PORT", port) in log
     assert "Traceback" not in log
+    assert [line for line in log.splitlines() if line.startswith("error:")] == [
+        line for line in log.splitlines() if "error" in line.lower()]  # one error line
     assert new_job_processes(before) == []
