@@ -56,6 +56,21 @@ class ToolCallError(ValueError):
     """A call that names an unknown tool or whose arguments break the tool's schema."""
 
 
+def check_arguments(name: str, arguments: str | dict, parameters: dict) -> dict:
+    """A call's arguments as a dict; ToolCallError if they are not JSON or break `parameters`."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolCallError(f"arguments of {name} are not JSON: {exc}") from None
+    try:
+        jsonschema.validate(arguments, parameters)
+    except jsonschema.ValidationError as exc:
+        raise ToolCallError(f"arguments of {name} do not match its schema: "
+                            f"{exc.message}") from None
+    return arguments
+
+
 class ToolBox:
     """Executes validated tool calls in one workspace."""
 
@@ -70,17 +85,7 @@ class ToolBox:
     def validate(self, name: str, arguments: str | dict) -> dict:
         if name not in self.schemas:
             raise ToolCallError(f"unknown tool {name!r}; tools: {sorted(self.schemas)}")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except json.JSONDecodeError as exc:
-                raise ToolCallError(f"arguments of {name} are not JSON: {exc}") from None
-        try:
-            jsonschema.validate(arguments, self.schemas[name])
-        except jsonschema.ValidationError as exc:
-            raise ToolCallError(f"arguments of {name} do not match its schema: "
-                                f"{exc.message}") from None
-        return arguments
+        return check_arguments(name, arguments, self.schemas[name])
 
     def call(self, name: str, arguments: str | dict) -> ToolResult:
         try:

@@ -14,13 +14,10 @@ server without a prefix.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
-from envs.tools import ToolCallError
+from envs.tools import check_arguments
 
 INT_RANGE = {"minimum": -(2**31 - 1), "maximum": 2**31 - 1}
 
@@ -35,16 +32,7 @@ class ToolSpec:
 
     def arguments(self, raw: str | dict) -> dict[str, Any]:
         """Parse and check a call's arguments; raises ToolCallError for malformed ones."""
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw or "{}")
-            except json.JSONDecodeError as exc:
-                raise ToolCallError(f"arguments of {self.name} are not JSON: {exc}") from None
-        try:
-            jsonschema.validate(raw, self.schema["function"]["parameters"])
-        except jsonschema.ValidationError as exc:
-            raise ToolCallError(f"arguments of {self.name} do not match its schema: "
-                                f"{exc.message}") from None
+        raw = check_arguments(self.name, raw, self.schema["function"]["parameters"])
         return {k: v for k, v in raw.items() if not (v is None and k in self.optional)}
 
 
