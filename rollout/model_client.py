@@ -10,11 +10,13 @@ Tool calls are constrained one of two ways (`SamplingConfig.constraint`):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -23,11 +25,15 @@ from serving import (
     MARKUP_TOKENS,
     CallTooLong,
     Endpoint,
+    TokenBytes,
     ToolCallGrammar,
     build_grammar,
     check_call,
     parse_glm,
 )
+
+SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
+DYNAMO_FIELDS = ("worker_id", "prompt_token_ids", "completion_token_ids", "timing")
 
 
 class InfraError(RuntimeError):
@@ -64,6 +70,7 @@ class Completion:
     cached_tokens: int
     latency_s: float
     engine_id: str = ""
+    prefill_engine_id: str = ""
     reasoning: str = ""
     constraint: str = ""
     call_issues: list[list[str]] = field(default_factory=list)  # per tool call
@@ -85,6 +92,11 @@ def _grammar(tools_json: str, choice_json: str, parallel: bool, thinking: bool,
     """Built once per tool set and budget; the server caches its compiled form by the same key."""
     return build_grammar(json.loads(tools_json), json.loads(choice_json), parallel, thinking,
                          max_tokens, json.loads(ids_json))
+
+
+@functools.lru_cache(maxsize=4)
+def _token_bytes(path: str) -> TokenBytes:
+    return TokenBytes(Path(path))
 
 
 class ModelClient:
@@ -122,9 +134,17 @@ class ModelClient:
         grammar = self.grammar(tools, max_tokens) if tools else None
         extra: dict[str, Any] = {
             "chat_template_kwargs": {"enable_thinking": self.endpoint.enable_thinking}}
+        dynamo = self.endpoint.token_ids == "dynamo"
         if self.endpoint.token_ids == "vllm":
             extra["return_token_ids"] = True
-        if grammar is not None:
+        if dynamo:
+            extra["nvext"] = {"extra_fields": list(DYNAMO_FIELDS)}
+        if grammar is not None and dynamo:
+            # Dynamo's frontend takes a grammar but no structural tag, and drops logit_bias.
+            extra["guided_grammar"] = grammar.ebnf
+            choice, parallel = "none", False
+            constraint = grammar.description
+        elif grammar is not None:
             extra["structured_outputs"] = {"structural_tag": grammar.json()}
             if grammar.logit_bias:
                 extra["logit_bias"] = {str(k): v for k, v in grammar.logit_bias.items()}
@@ -142,7 +162,7 @@ class ModelClient:
                 parallel_tool_calls=parallel if tools else openai.NOT_GIVEN,
                 max_tokens=max_tokens, temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p, seed=seed, logprobs=True, extra_body=extra,
-                extra_headers={"x-session-id": session_id},
+                extra_headers={SESSION_HEADER: session_id},
             )
         except openai.BadRequestError as exc:
             if "context length" in str(exc) or "maximum context" in str(exc):
@@ -151,15 +171,45 @@ class ModelClient:
         except (openai.APIConnectionError, openai.APITimeoutError,
                 openai.InternalServerError) as exc:
             raise InfraError(f"{type(exc).__name__}: {exc}") from None
-        done = _completion(resp.model_dump(), time.perf_counter() - start)
+        raw = resp.model_dump()
+        done = _completion(raw, time.perf_counter() - start)
+        if dynamo:
+            self._read_nvext(done, raw.get("nvext") or {})
         done.constraint = constraint
         self._read_calls(done, resp.model_dump(), tools, own_parse=grammar is not None)
         return done
 
+    def _read_nvext(self, done: Completion, nvext: dict[str, Any]) -> None:
+        """Token ids and the serving engines, as Dynamo's frontend reports them."""
+        done.prompt_token_ids = list(nvext.get("prompt_token_ids") or [])
+        done.completion_token_ids = list(nvext.get("completion_token_ids") or [])
+        workers = nvext.get("worker_id") or {}
+        names = self.endpoint.engine_names
+        for key, attr in (("decode_worker_id", "engine_id"),
+                          ("prefill_worker_id", "prefill_engine_id")):
+            if workers.get(key) is not None:
+                hex_id = f"{int(workers[key]):x}"
+                setattr(done, attr, names.get(hex_id, hex_id))
+
+    async def release(self, session_id: str) -> None:
+        """Tell the router the session is over, so its engine binding is dropped now rather
+        than after the idle TTL (a one-token request marked final; errors are not fatal)."""
+        if self.endpoint.token_ids != "dynamo":
+            return
+        with contextlib.suppress(openai.OpenAIError):
+            await self.client.completions.create(
+                model=self.endpoint.model, prompt="end", max_tokens=1,
+                extra_headers={SESSION_HEADER: session_id, "x-dynamo-session-final": "true"})
+
     def _read_calls(self, done: Completion, raw: dict, tools: list[dict], own_parse: bool) -> None:
         entries = (raw["choices"][0].get("logprobs") or {}).get("content") or []
-        pieces = [bytes(e["bytes"]) if e.get("bytes") is not None else e["token"].encode()
-                  for e in entries]
+        if self.endpoint.token_ids == "dynamo" and self.endpoint.tokenizer_path:
+            # Dynamo reports each token's bytes after a lossy decode: use the sampled ids.
+            table = _token_bytes(self.endpoint.tokenizer_path)
+            pieces = [table[i] for i in done.completion_token_ids]
+        else:
+            pieces = [bytes(e["bytes"]) if e.get("bytes") is not None else e["token"].encode()
+                      for e in entries]
         parsed = parse_glm(pieces, tools, self.endpoint.enable_thinking)
         done.turn_issues = parsed.issues
         if own_parse:

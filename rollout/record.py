@@ -38,7 +38,8 @@ TURN = {
     "prompt_tokens": Value("int32"),
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),
-    "engine_id": Value("string"),
+    "engine_id": Value("string"),  # the engine that decoded the turn
+    "prefill_engine_id": Value("string"),  # disaggregated serving: the engine that prefilled it
     "seed": Value("int64"),
     "latency_s": Value("float32"),
     "tool_s": Value("float32"),

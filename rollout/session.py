@@ -77,6 +77,7 @@ class Session:
                  seed: int, run_id: str) -> None:
         self.job, self.env, self.client, self.limits = job, env, client, limits
         self.seed, self.run_id = seed, run_id
+        self.session_id = f"{run_id}:{job.rollout_id}:{job.attempt}"  # the router's key
         self.messages: list[dict[str, Any]] = env.prompt(env.tasks[job.task_id])
         self.turns: list[dict[str, Any]] = []
         self.model_s = self.tool_s = 0.0
@@ -105,6 +106,7 @@ class Session:
             status, stop_reason, error, score, score_s = "infra_error", "error", str(exc), None, 0.0
         finally:
             await asyncio.to_thread(episode.close)
+            await self.client.release(self.session_id)
         return self._record(status, stop_reason, error, score, time.perf_counter() - start,
                             score_s)
 
@@ -119,7 +121,7 @@ class Session:
         seed = request_seed(self.seed, self.job, n)
         try:
             done = await self.client.complete(self.messages, self.env.tools, budget, seed,
-                                              session_id=f"{self.run_id}:{self.job.rollout_id}")
+                                              session_id=self.session_id)
         except ContextFull:
             raise ContextLimit() from None
         except CallBudgetExhausted:  # a call that could not finish is never started
@@ -162,7 +164,8 @@ class Session:
             "constraint": done.constraint, "issues": done.turn_issues,
             "dropped_calls": done.dropped_calls, "prompt_tokens": done.prompt_tokens,
             "completion_tokens": done.completion_tokens, "cached_tokens": done.cached_tokens,
-            "engine_id": done.engine_id, "seed": seed, "latency_s": done.latency_s,
+            "engine_id": done.engine_id, "prefill_engine_id": done.prefill_engine_id,
+            "seed": seed, "latency_s": done.latency_s,
             "tool_s": tool_s,
         }
 

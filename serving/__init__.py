@@ -3,6 +3,7 @@
 from serving.cluster import Cluster, resolve_model_dir
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
+from serving.token_bytes import TokenBytes
 from serving.toolcall import (
     ISSUE_KINDS,
     MARKUP_TOKENS,
@@ -16,6 +17,6 @@ from serving.toolcall import (
 
 __all__ = [
     "ISSUE_KINDS", "MARKUP_TOKENS", "CallTooLong", "Cluster", "Endpoint", "ModelConfig",
-    "ParsedTurn", "ServingConfig", "ServingError", "ToolCallGrammar", "build_grammar", "check_call",
-    "parse_glm", "resolve_model_dir",
+    "ParsedTurn", "ServingConfig", "ServingError", "TokenBytes", "ToolCallGrammar", "build_grammar",
+    "check_call", "parse_glm", "resolve_model_dir",
 ]

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
+from tokenizers import Tokenizer
 
 from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.dynamo.frontend import DynamoFrontend
+from serving.dynamo.plane import ControlPlane
+from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import Endpoint
 from serving.tiny_model import ensure_tiny_glm
 from serving.toolcall import SPECIAL_TOKENS
 from serving.vllm_engine import VllmEngine
 
 log = logging.getLogger(__name__)
-MODES = ("embedded", "external")
+MODES = ("embedded", "kv_routed", "disagg", "external")
 
 
 def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
@@ -50,6 +58,40 @@ def markup_token_ids(root_url: str, model: str,
     return ids
 
 
+def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
+    """The same lookup from the model folder's tokenizer, for front doors without /tokenize."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return {}
+    tok = Tokenizer.from_file(str(path))
+    ids: dict[str, int] = {}
+    for text in SPECIAL_TOKENS:
+        tokens = tok.encode(text, add_special_tokens=False).ids
+        if len(tokens) == 1:
+            ids[text] = tokens[0]
+    return ids
+
+
+def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
+    """(name, role) of every worker the topology runs."""
+    if serving.mode == "kv_routed":
+        if serving.engines < 1:
+            raise ServingError(f"serving.engines must be >= 1, got {serving.engines}")
+        return [(f"agg{i}", "agg") for i in range(serving.engines)]
+    if serving.prefill_engines < 1 or serving.decode_engines < 1:
+        raise ServingError("serving=disagg needs prefill_engines >= 1 and decode_engines >= 1, "
+                           f"got {serving.prefill_engines} and {serving.decode_engines}")
+    return ([(f"prefill{i}", "prefill") for i in range(serving.prefill_engines)]
+            + [(f"decode{i}", "decode") for i in range(serving.decode_engines)])
+
+
+def _gpus() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
 class Cluster:
     """`with Cluster(...) as endpoint:` runs the configured servers for the block's duration."""
 
@@ -62,6 +104,9 @@ class Cluster:
         self.run_dir = run_dir
         self.cache_dir = cache_dir
         self.engines: list[VllmEngine] = []
+        self.plane: ControlPlane | None = None
+        self.workers: list[DynamoWorker] = []
+        self.frontends: list[DynamoFrontend] = []
 
     def __enter__(self) -> Endpoint:
         try:
@@ -77,6 +122,8 @@ class Cluster:
         if self.serving.mode == "external":
             return self._external()
         model_dir = resolve_model_dir(self.model, self.cache_dir)
+        if self.serving.mode in ("kv_routed", "disagg"):
+            return self._dynamo(model_dir)
         engine = VllmEngine("0", model_dir, self.model, self.serving, self.run_dir,
                             self.cache_dir, port=self.serving.port)
         self.engines.append(engine)
@@ -91,6 +138,65 @@ class Cluster:
             engine_ids=(engine.engine_id,),
             metrics_urls={engine.engine_id: f"{engine.base_url}/metrics"},
         )
+
+    def _dynamo(self, model_dir: Path) -> Endpoint:
+        """Control plane, then the workers (in parallel), then the frontend(s); warm up."""
+        cfg = self.serving
+        roles = worker_roles(cfg)
+        if cfg.device == "cuda":
+            need = len(roles) * cfg.tensor_parallel * cfg.data_parallel
+            if _gpus() < need:
+                raise ServingError(f"serving.device=cuda with this topology needs {need} GPUs; "
+                                   f"this machine has {_gpus()}")
+        if cfg.frontends < 1:
+            raise ServingError(f"serving.frontends must be >= 1, got {cfg.frontends}")
+        self.plane = ControlPlane(cfg, self.run_dir)
+        self.plane.start()
+        cores = os.cpu_count() or 1
+        for i, (name, role) in enumerate(roles):
+            self.workers.append(DynamoWorker(name, role, model_dir, self.model, cfg,
+                                             self.run_dir, self.cache_dir, self.plane.env(),
+                                             core=i % cores if cfg.device == "cpu" else None))
+        log.info("starting %d Dynamo vLLM workers (%s) for %s", len(roles),
+                 ", ".join(f"{n}:{r}" for n, r in roles), model_dir)
+        for worker in self.workers:
+            worker.start()
+        deadline = time.monotonic() + cfg.startup_timeout_s
+        for worker in self.workers:
+            worker.wait_ready(deadline)
+        for i in range(cfg.frontends):
+            frontend = DynamoFrontend(str(i), cfg, self.run_dir, self.plane.env(),
+                                      port=cfg.port if i == 0 else 0)
+            self.frontends.append(frontend)
+            frontend.start()
+        for frontend in self.frontends:
+            frontend.wait_model(self.model.name, deadline)
+        front = self.frontends[0]
+        log.info("Dynamo frontend on %s (router %s, sessions %s)", front.base_url,
+                 cfg.router_mode, cfg.session_affinity)
+        self._warm_up(front.base_url)
+        metrics = {w.name: w.metrics_url for w in self.workers}
+        metrics["router"] = f"{front.base_url}/metrics"
+        return Endpoint(
+            base_url=f"{front.base_url}/v1", model=self.model.name, token_ids="dynamo",
+            enable_thinking=self.model.enable_thinking,
+            request_timeout_s=cfg.request_timeout_s,
+            engine_ids=tuple(w.name for w in self.workers),
+            markup_token_ids=tokenizer_markup_ids(model_dir), metrics_urls=metrics,
+            engine_names={w.instance_id: w.name for w in self.workers if w.instance_id},
+            tokenizer_path=str(model_dir / "tokenizer.json"),
+        )
+
+    def _warm_up(self, url: str) -> None:
+        """One short request through every decode path, so the first real turn does not pay
+        for NIXL's handshake and the first prefill (seconds on CPU)."""
+        decoders = sum(1 for w in self.workers if w.role != "prefill")
+        for _ in range(decoders):
+            try:
+                httpx.post(f"{url}/v1/completions", timeout=self.serving.request_timeout_s,
+                           json={"model": self.model.name, "prompt": "warm up", "max_tokens": 2})
+            except httpx.HTTPError as exc:
+                raise ServingError(f"warm-up request through {url} failed: {exc}") from None
 
     def _external(self) -> Endpoint:
         url = (self.serving.base_url or "").rstrip("/")
@@ -115,6 +221,15 @@ class Cluster:
                         request_timeout_s=self.serving.request_timeout_s)
 
     def stop(self) -> None:
+        while self.frontends:
+            self.frontends.pop().stop()
+        while self.workers:
+            worker = self.workers.pop()
+            log.info("stopping worker %s", worker.name)
+            worker.stop()
+        if self.plane is not None:
+            self.plane.stop()
+            self.plane = None
         while self.engines:
             engine = self.engines.pop()
             log.info("stopping engine %s", engine.engine_id)

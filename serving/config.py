@@ -25,7 +25,13 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """How to serve it: `embedded` starts vLLM here; `external` uses a running server."""
+    """How to serve it.
+
+    `embedded`: one vLLM server. `kv_routed`: `engines` aggregated vLLM workers behind NVIDIA
+    Dynamo's frontend and KV-aware router. `disagg`: `prefill_engines` prefill-only and
+    `decode_engines` decode-only workers behind it, KV moved by NIXL. `external`: a running
+    OpenAI-compatible server at `base_url`.
+    """
 
     mode: str = "embedded"
     host: str = "127.0.0.1"
@@ -40,4 +46,22 @@ class ServingConfig:
     request_timeout_s: float = 600.0
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Dynamo topologies (kv_routed, disagg)
+    engines: int = 2
+    prefill_engines: int = 1
+    decode_engines: int = 1
+    device: str = "cpu"  # cpu | cuda (a GPU deployment, described here, run where GPUs are)
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    kv_cache_dtype: str = "auto"
+    prefill_args: list[str] = field(default_factory=list)
+    decode_args: list[str] = field(default_factory=list)
+    discovery: str = "file"  # file (one host) | etcd (etcd + NATS, several hosts)
+    etcd_url: str | None = None  # discovery=etcd: an existing etcd; null starts one on loopback
+    nats_url: str | None = None  # discovery=etcd: an existing NATS; null starts one on loopback
+    router_mode: str = "kv"  # kv | round-robin | random
+    session_affinity: str = "soft"  # soft | hard | off
+    session_ttl_s: int = 600
+    busy_threshold: float = 0.85  # KV use above which an engine is busy and yields its sessions
+    frontends: int = 1
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,10 +80,16 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", below: int | None = None) -> int:
+    """A port nothing listens on; `below` keeps it under a limit (the kernel's picks are high)."""
+    if below is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    for port in random.sample(range(below // 2, below), 200):
+        if not port_in_use(host, port):
+            return port
+    raise OSError(f"no free port below {below} on {host}")
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -14,6 +14,42 @@ from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.process import ManagedProcess, free_port, port_in_use
 
 
+def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
+    """vLLM engine flags shared by the plain server and Dynamo's vLLM worker."""
+    args = [
+        "--dtype", m.dtype, "--max-model-len", str(m.max_model_len),
+        "--seed", str(c.seed), "--generation-config", "auto",
+        "--structured-outputs-config",
+        json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+        "--enable-prefix-caching" if c.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if c.enforce_eager:
+        args.append("--enforce-eager")
+    return args
+
+
+def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
+    """Environment of an engine process: bounded KV space, caches under the project, offline."""
+    env = dict(os.environ)
+    env.update({
+        "VLLM_CPU_KVCACHE_SPACE": str(c.kv_cache_gib),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "HF_HOME": str(cache / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_HOST_IP": c.host,
+        "PYTHONUNBUFFERED": "1",
+    })
+    if c.device == "cpu":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+    env.update(c.extra_env)
+    return env
+
+
 class VllmEngine:
     """A `vllm` API server for one model; `start()` returns once `/health` answers."""
 
@@ -41,41 +77,17 @@ class VllmEngine:
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", m.name,
             "--host", c.host, "--port", str(self.port),
-            "--dtype", m.dtype, "--max-model-len", str(m.max_model_len),
-            "--seed", str(c.seed), "--generation-config", "auto",
+            *engine_args(m, c),
             "--enable-auto-tool-choice", "--tool-call-parser", m.tool_call_parser,
-            "--structured-outputs-config",
-            json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
             "--tool-strict-level", "parameter",
             "--disable-uvicorn-access-log", "--enable-prompt-tokens-details",
         ]
         if m.reasoning_parser:
             args += ["--reasoning-parser", m.reasoning_parser]
-        args.append("--enable-prefix-caching" if c.enable_prefix_caching
-                    else "--no-enable-prefix-caching")
-        if c.enforce_eager:
-            args.append("--enforce-eager")
         return args + list(m.extra_args) + list(c.extra_args) + self.extra_args
 
     def env(self) -> dict[str, str]:
-        cache = self.cache_dir
-        env = dict(os.environ)
-        env.update({
-            "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kv_cache_gib),
-            "VLLM_CACHE_ROOT": str(cache / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-            "TRITON_CACHE_DIR": str(cache / "triton"),
-            "HF_HOME": str(cache / "hf"),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_HOST_IP": self.cfg.host,
-            "PYTHONUNBUFFERED": "1",
-        })
-        env.update(self.cfg.extra_env)
-        env.update(self.extra_env)
-        return env
+        return {**engine_env(self.cfg, self.cache_dir), **self.extra_env}
 
     def start(self) -> None:
         if port_in_use(self.cfg.host, self.port):

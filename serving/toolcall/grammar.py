@@ -16,6 +16,7 @@ be spelled from ordinary sub-tokens that the server's parser then ignores. This 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,14 @@ class ToolCallGrammar:
 
     def json(self) -> str:
         return json.dumps(self.structural_tag, sort_keys=True)
+
+    @functools.cached_property
+    def ebnf(self) -> str:
+        """The same grammar as xgrammar EBNF (token elements included), for front doors that
+        take a grammar but not a structural tag (Dynamo's `guided_grammar`)."""
+        import xgrammar
+
+        return str(xgrammar.Grammar.from_structural_tag(self.json()))
 
 
 def _string_bound(schema: dict) -> int:

@@ -1,0 +1,1 @@
+"""NVIDIA Dynamo as the front door: its control plane, OpenAI frontend and vLLM workers."""

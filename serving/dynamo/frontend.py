@@ -1,0 +1,99 @@
+"""Dynamo's OpenAI frontend with its KV-aware router: the cluster's front door."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from serving.config import ServingConfig, ServingError
+from serving.process import ManagedProcess, free_port, port_in_use
+
+ROUTER_MODES = ("kv", "round-robin", "random")
+AFFINITY = ("soft", "hard", "off")
+
+
+def router_args(cfg: ServingConfig) -> list[str]:
+    """The routing policy as frontend flags.
+
+    `kv` scores each engine by the prompt's cached prefix there against its load. A session id
+    (header `x-dynamo-session-id`) binds a session to the engine that served it: `soft` keeps
+    that binding only while the engine is eligible, and an engine whose KV use passes
+    `busy_threshold` is not, so its sessions move rather than queue; `hard` always pins.
+    Bindings are replicated between frontends over the event plane and released by a request
+    with `x-dynamo-session-final`, or after `session_ttl_s` idle.
+    """
+    if cfg.router_mode not in ROUTER_MODES:
+        raise ServingError(f"unknown serving.router_mode {cfg.router_mode!r}; "
+                           f"expected one of {ROUTER_MODES}")
+    if cfg.session_affinity not in AFFINITY:
+        raise ServingError(f"unknown serving.session_affinity {cfg.session_affinity!r}; "
+                           f"expected one of {AFFINITY}")
+    args = ["--router-mode", cfg.router_mode]
+    if cfg.router_mode != "kv":
+        return args
+    if cfg.session_affinity != "off":
+        args += ["--router-session-affinity-ttl-secs", str(cfg.session_ttl_s),
+                 "--router-session-affinity-mode", cfg.session_affinity]
+    if cfg.session_affinity == "soft" and 0 < cfg.busy_threshold < 1:
+        args += ["--active-decode-blocks-threshold", str(cfg.busy_threshold)]
+    if cfg.frontends > 1:
+        args.append("--router-replica-sync")
+    return args
+
+
+class DynamoFrontend:
+    """`python -m dynamo.frontend` on `host:port`; `start()` returns once it answers."""
+
+    def __init__(self, name: str, cfg: ServingConfig, run_dir: Path, plane_env: dict[str, str],
+                 port: int = 0, extra_args: list[str] | None = None) -> None:
+        self.name, self.cfg, self.run_dir = name, cfg, run_dir
+        self.plane_env = plane_env
+        self.port = port or free_port(cfg.host)
+        self.extra_args = list(extra_args or [])
+        self.process: ManagedProcess | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "dynamo.frontend", "--http-host", self.cfg.host,
+                "--http-port", str(self.port), *router_args(self.cfg), *self.extra_args]
+
+    def start(self) -> None:
+        if port_in_use(self.cfg.host, self.port):
+            raise ServingError(f"port {self.port} on {self.cfg.host} is already in use; "
+                               "free it or set serving.port=0 to pick a free one")
+        env = {**os.environ, **self.plane_env, "PYTHONUNBUFFERED": "1"}
+        self.process = ManagedProcess(f"frontend-{self.name}", self.argv(), env,
+                                      self.run_dir / "logs" / f"frontend-{self.name}.log")
+
+    def wait_model(self, model: str, deadline: float) -> None:
+        """Block until the frontend lists `model` (a worker set for it has registered)."""
+        assert self.process is not None
+        with httpx.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                if not self.process.alive():
+                    raise ServingError(f"frontend {self.name} exited: {self.process.last_error()}"
+                                       f" [log: {self.process.log_path}]")
+                try:
+                    data = http.get(f"{self.base_url}/v1/models").json().get("data", [])
+                    if any(m.get("id") == model for m in data):
+                        return
+                except (httpx.TransportError, ValueError):
+                    pass
+                time.sleep(0.5)
+        raise ServingError(f"frontend {self.name} never listed model {model!r}; "
+                           f"log {self.process.log_path}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(grace_s=5)
+            self.process = None

@@ -1,0 +1,124 @@
+"""One Dynamo vLLM worker (`python -m dynamo.vllm`): aggregated, prefill-only or decode-only."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.process import ManagedProcess, free_port
+from serving.vllm_engine import engine_args, engine_env
+
+ROLES = ("agg", "prefill", "decode")
+
+
+class DynamoWorker:
+    """A vLLM engine registered with Dynamo; `start()` returns once it serves its endpoints.
+
+    KV events go to the router over an ipc socket (vLLM publishes nothing on a tcp loopback
+    address), prefill/decode workers move KV with NIXL over UCX on loopback, and the worker's
+    system port serves `/health` and vLLM's Prometheus `/metrics`.
+    """
+
+    def __init__(self, name: str, role: str, model_dir: Path, model: ModelConfig,
+                 cfg: ServingConfig, run_dir: Path, cache_dir: Path, plane_env: dict[str, str],
+                 core: int | None = None) -> None:
+        if role not in ROLES:
+            raise ServingError(f"unknown worker role {role!r}; expected one of {ROLES}")
+        self.name, self.role = name, role
+        self.model_dir, self.model, self.cfg = model_dir, model, cfg
+        self.run_dir, self.cache_dir = run_dir, cache_dir
+        self.plane_env = plane_env
+        self.core = core
+        self.system_port = free_port(cfg.host, below=32768)  # Dynamo reads it as an i16
+        self.nixl_port = free_port(cfg.host)
+        self.instance_id = ""  # Dynamo's worker id (hex), known once it has registered
+        self.process: ManagedProcess | None = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.cfg.host}:{self.system_port}/metrics"
+
+    def argv(self) -> list[str]:
+        m, c = self.model, self.cfg
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv-events",
+                  "endpoint": f"ipc://{self.run_dir / 'dynamo' / f'kv-events-{self.name}'}"}
+        args = [sys.executable, "-m", "dynamo.vllm", "--model", str(self.model_dir),
+                "--served-model-name", m.name, *engine_args(m, c),
+                "--kv-events-config", json.dumps(events),
+                "--dyn-tool-call-parser", m.tool_call_parser]
+        if m.reasoning_parser:
+            args += ["--dyn-reasoning-parser", m.reasoning_parser]
+        if c.tensor_parallel > 1:
+            args += ["--tensor-parallel-size", str(c.tensor_parallel)]
+        if c.data_parallel > 1:
+            args += ["--data-parallel-size", str(c.data_parallel)]
+        if c.kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", c.kv_cache_dtype]
+        if self.role != "agg":
+            kv_role = "kv_producer" if self.role == "prefill" else "kv_consumer"
+            args += ["--disaggregation-mode", self.role, "--kv-transfer-config", json.dumps(
+                {"kv_connector": "NixlConnector", "kv_role": kv_role,
+                 "kv_buffer_device": "cpu" if c.device == "cpu" else "cuda"})]
+        role_args = {"prefill": c.prefill_args, "decode": c.decode_args}.get(self.role, [])
+        return args + list(m.extra_args) + list(c.extra_args) + list(role_args)
+
+    def env(self) -> dict[str, str]:
+        env = engine_env(self.cfg, self.cache_dir)
+        env.update(self.plane_env)
+        env.update({
+            "DYN_SYSTEM_PORT": str(self.system_port),
+            "DYN_SYSTEM_ENABLED": "true",
+            "VLLM_NIXL_SIDE_CHANNEL_HOST": self.cfg.host,
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.nixl_port),
+        })
+        if self.cfg.device == "cpu":
+            env.update({"UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": "lo"})
+            if self.core is not None:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)
+        return env
+
+    def start(self) -> None:
+        self.process = ManagedProcess(f"dynamo-{self.name}", self.argv(), self.env(),
+                                      self.run_dir / "logs" / f"worker-{self.name}.log")
+
+    def wait_ready(self, deadline: float) -> None:
+        """Block until the worker's endpoints are ready, then learn its Dynamo instance id."""
+        assert self.process is not None
+        with httpx.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                if not self.process.alive():
+                    raise ServingError(
+                        f"worker {self.name} exited during start-up (code "
+                        f"{self.process.proc.returncode}): {self.process.last_error()} "
+                        f"[log: {self.process.log_path}]")
+                try:
+                    health = http.get(f"http://{self.cfg.host}:{self.system_port}/health")
+                    ready = health.status_code == 200 and health.json().get("status") == "ready"
+                    endpoints = health.json().get("endpoints", {}) if ready else {}
+                    if ready and endpoints.get("generate") == "ready":
+                        self.instance_id = _instance_id(http.get(self.metrics_url).text)
+                        return
+                except (httpx.TransportError, ValueError):
+                    pass
+                time.sleep(0.5)
+        raise ServingError(f"worker {self.name} not ready in {self.cfg.startup_timeout_s:.0f}s; "
+                           f"log {self.process.log_path}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+
+def _instance_id(metrics: str) -> str:
+    marker = 'worker_id="'
+    at = metrics.find(marker)
+    return metrics[at + len(marker):metrics.index('"', at + len(marker))] if at >= 0 else ""
