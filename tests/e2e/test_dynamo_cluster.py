@@ -1,0 +1,106 @@
+"""The job through NVIDIA Dynamo's frontend and KV router, real vLLM workers (no fakes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from datasets import load_from_disk
+
+from tests.procs import new_job_processes, process_table
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def _job(out: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rollout.run", "+experiment=swe_rl",
+                             f"output.dir={out}", "logger=none", *overrides], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _later_turns_cached(ds) -> int:
+    return sum(t["cached_tokens"] > 0 for row in ds for t in row["turns"][1:])
+
+
+def test_kv_routed_job_reuses_prefixes_on_the_session_engine(tmp_path):
+    before = process_table()
+    out = tmp_path / "run"
+    job = _job(out, "serving=kv_routed")
+    log, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, log[-3000:]
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == 10
+    for row in ds:
+        assert row["status"] in ("ok", "truncated"), row["error"]
+        assert row["num_invalid_tool_calls"] == 0, row["turns"]
+        engines = {t["engine_id"] for t in row["turns"]}
+        assert engines <= {"agg0", "agg1"}, engines
+        for turn in row["turns"]:
+            assert turn["prompt_token_ids"] and turn["completion_token_ids"]
+            assert len(turn["completion_logprobs"]) == len(turn["completion_token_ids"])
+    assert _later_turns_cached(ds) >= 3
+    assert {t["engine_id"] for row in ds for t in row["turns"]} == {"agg0", "agg1"}
+    time.sleep(1)
+    assert new_job_processes(before) == []
+
+
+def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
+    before = process_table()
+    out = tmp_path / "run"
+    job = _job(out, "serving=disagg")
+    log, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, log[-3000:]
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == 10
+    for row in ds:
+        assert row["status"] in ("ok", "truncated"), row["error"]
+        for turn in row["turns"]:
+            assert (turn["prefill_engine_id"], turn["engine_id"]) == ("prefill0", "decode0")
+            assert turn["completion_token_ids"]
+    assert _later_turns_cached(ds) >= 3
+    time.sleep(1)
+    assert new_job_processes(before) == []
+
+
+def test_a_killed_engine_loses_no_session(tmp_path):
+    """SIGKILL one of two engines mid-run: its turns fail as infra errors, are retried on the
+    other engine, and every rollout is recorded."""
+    before = process_table()
+    out = tmp_path / "run"
+    job = _job(out, "serving=kv_routed", "rollout.samples_per_task=4", "rollout.max_retries=3")
+    victim_log = out / "logs" / "worker-agg1.log"
+    deadline = time.monotonic() + 400
+    while not (out / "logs" / "frontend-0.log").exists() or not _served(victim_log, 3):
+        assert job.poll() is None, job.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "engine agg1 never served requests"
+        time.sleep(0.5)
+    victim = _worker_pid("agg1", out)
+    os.killpg(victim, signal.SIGKILL)
+    log, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, log[-3000:]
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == 20  # 5 tasks x 4 samples, none lost
+    assert all(row["status"] in ("ok", "truncated") for row in ds), [
+        (row["rollout_id"], row["error"]) for row in ds if row["status"] == "infra_error"]
+    late = [t["engine_id"] for row in ds if row["attempt"] > 0 for t in row["turns"]]
+    assert "agg1" not in late  # retries went to the engine that is still up
+    time.sleep(1)
+    assert new_job_processes(before) == []
+
+
+def _served(log: Path, n: int) -> bool:
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return sum("request completed" in line and '"generate"' in line for line in lines) >= n
+
+
+def _worker_pid(name: str, run_dir: Path) -> int:
+    for pid, cmd in process_table().items():
+        if "dynamo.vllm" in cmd and str(run_dir) in cmd and f"kv-events-{name}" in cmd:
+            return pid
+    raise AssertionError(f"no process for worker {name}")

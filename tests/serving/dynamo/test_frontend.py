@@ -1,0 +1,35 @@
+from dataclasses import replace
+
+import pytest
+
+from serving.config import ServingConfig, ServingError
+from serving.dynamo.frontend import router_args
+
+KV = ServingConfig(mode="kv_routed")
+
+
+def test_soft_sessions_yield_when_the_engine_is_busy():
+    args = router_args(KV)
+    assert args[:2] == ["--router-mode", "kv"]
+    assert args[args.index("--router-session-affinity-mode") + 1] == "soft"
+    assert args[args.index("--router-session-affinity-ttl-secs") + 1] == "600"
+    assert args[args.index("--active-decode-blocks-threshold") + 1] == "0.85"
+    assert "--router-replica-sync" not in args
+
+
+def test_hard_sessions_always_pin_and_round_robin_has_no_sessions():
+    hard = router_args(replace(KV, session_affinity="hard"))
+    assert "hard" in hard and "--active-decode-blocks-threshold" not in hard
+    assert router_args(replace(KV, router_mode="round-robin")) == ["--router-mode", "round-robin"]
+    assert "--router-session-affinity-mode" not in router_args(replace(KV, session_affinity="off"))
+
+
+def test_several_frontends_share_session_bindings():
+    assert "--router-replica-sync" in router_args(replace(KV, frontends=2))
+
+
+@pytest.mark.parametrize(("key", "value"), [("router_mode", "sticky"),
+                                            ("session_affinity", "always")])
+def test_unknown_policy_names_the_key(key, value):
+    with pytest.raises(ServingError, match=f"serving.{key}"):
+        router_args(replace(KV, **{key: value}))
