@@ -168,8 +168,9 @@ class ModelClient:
             if "context length" in str(exc) or "maximum context" in str(exc):
                 raise ContextFull(str(exc)) from None
             raise InfraError(f"request rejected: {exc}") from None
-        except (openai.APIConnectionError, openai.APITimeoutError,
-                openai.InternalServerError) as exc:
+        except openai.OpenAIError as exc:
+            # Unreachable, timed out, 5xx, or a front door that lost the model's engines (404):
+            # the serving side failed, never the rollout.
             raise InfraError(f"{type(exc).__name__}: {exc}") from None
         raw = resp.model_dump()
         done = _completion(raw, time.perf_counter() - start)

@@ -21,6 +21,7 @@ import asyncio
 import json
 import platform
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -153,6 +154,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", type=Path, default=Path("bench/routing.json"))
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on the way out
     policies = args.policies.split(",")
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.dynamo.frontend import DynamoFrontend
 from serving.dynamo.plane import ControlPlane
+from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import Endpoint
 from serving.tiny_model import ensure_tiny_glm
@@ -107,6 +108,8 @@ class Cluster:
         self.plane: ControlPlane | None = None
         self.workers: list[DynamoWorker] = []
         self.frontends: list[DynamoFrontend] = []
+        self.endpoint: Endpoint | None = None
+        self.watchdog: DeregistrationWatchdog | None = None
 
     def __enter__(self) -> Endpoint:
         try:
@@ -175,9 +178,14 @@ class Cluster:
         log.info("Dynamo frontend on %s (router %s, sessions %s)", front.base_url,
                  cfg.router_mode, cfg.session_affinity)
         self._warm_up(front.base_url)
+        if cfg.discovery == "file":
+            self.watchdog = DeregistrationWatchdog(lambda: list(self.workers),
+                                                   self.run_dir / "dynamo" / "discovery",
+                                                   self.restart_worker)
+            self.watchdog.start()
         metrics = {w.name: w.metrics_url for w in self.workers}
         metrics["router"] = f"{front.base_url}/metrics"
-        return Endpoint(
+        self.endpoint = Endpoint(
             base_url=f"{front.base_url}/v1", model=self.model.name, token_ids="dynamo",
             enable_thinking=self.model.enable_thinking,
             request_timeout_s=cfg.request_timeout_s,
@@ -186,6 +194,24 @@ class Cluster:
             engine_names={w.instance_id: w.name for w in self.workers if w.instance_id},
             tokenizer_path=str(model_dir / "tokenizer.json"),
         )
+        return self.endpoint
+
+    def restart_worker(self, name: str) -> None:
+        """Replace a Dynamo worker (dead or alive) by a fresh one with the same role; it
+        registers under a new instance id, which the endpoint's engine names learn."""
+        old = next((w for w in self.workers if w.name == name), None)
+        if old is None or self.plane is None:
+            raise ServingError(f"no worker named {name!r}; workers: "
+                               f"{[w.name for w in self.workers]}")
+        old.stop()
+        new = DynamoWorker(old.name, old.role, old.model_dir, self.model, self.serving,
+                           self.run_dir, self.cache_dir, self.plane.env(), core=old.core)
+        self.workers[self.workers.index(old)] = new
+        new.start()
+        new.wait_ready(time.monotonic() + self.serving.startup_timeout_s)
+        if self.endpoint is not None:
+            self.endpoint.engine_names[new.instance_id] = new.name
+            self.endpoint.metrics_urls[new.name] = new.metrics_url
 
     def _warm_up(self, url: str) -> None:
         """One short request through every decode path, so the first real turn does not pay
@@ -221,6 +247,9 @@ class Cluster:
                         request_timeout_s=self.serving.request_timeout_s)
 
     def stop(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
         while self.frontends:
             self.frontends.pop().stop()
         while self.workers:

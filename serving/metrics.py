@@ -43,3 +43,32 @@ def prefix_hits(urls: dict[str, str]) -> dict[str, dict[str, float]]:
         out[name] = {"queries": c["vllm:prefix_cache_queries_total"],
                      "hits": c["vllm:prefix_cache_hits_total"]}
     return out
+
+
+def histogram(url: str, name: str) -> dict[float, float]:
+    """A Prometheus histogram's cumulative bucket counts by upper bound, summed over label sets."""
+    buckets: dict[float, float] = {}
+    for line in httpx.get(url, timeout=5.0).text.splitlines():
+        if not line.startswith(f"{name}_bucket{{"):
+            continue
+        le = line[line.index('le="') + 4:]
+        bound = float(le[:le.index('"')])
+        buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def quantile(buckets: dict[float, float], q: float) -> float:
+    """`histogram_quantile` as Prometheus computes it: linear within the bucket that holds q."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return 0.0
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower

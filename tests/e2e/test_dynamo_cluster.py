@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from datasets import load_from_disk
 
+from serving import Cluster, ModelConfig, ServingConfig
 from tests.procs import new_job_processes, process_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,3 +108,46 @@ def _worker_pid(name: str, run_dir: Path) -> int:
         if "dynamo.vllm" in cmd and str(run_dir) in cmd and f"kv-events-{name}" in cmd:
             return pid
     raise AssertionError(f"no process for worker {name}")
+
+
+def _complete(url: str, session: str, prompt: list[int], max_tokens: int) -> str:
+    resp = httpx.post(f"{url}/v1/completions", timeout=120,
+                      headers={"x-dynamo-session-id": session},
+                      json={"model": "tiny-glm", "prompt": prompt, "max_tokens": max_tokens,
+                            "nvext": {"extra_fields": ["worker_id"]}})
+    resp.raise_for_status()
+    return f"{resp.json()['nvext']['worker_id']['decode_worker_id']:x}"
+
+
+def test_session_bindings_are_shared_between_frontends(tmp_path):
+    """Sessions bound through one frontend keep their engine through another, even for a
+    prompt that shares nothing with what that engine holds."""
+    before = process_table()
+    rng = random.Random(0)
+    cfg = ServingConfig(mode="kv_routed", engines=2, frontends=2)
+    cluster = Cluster(cfg, ModelConfig(max_model_len=4096), tmp_path, ROOT / ".cache")
+    with cluster as endpoint:
+        first, second = (f.base_url for f in cluster.frontends)
+        sessions = [f"s{i}" for i in range(8)]
+        with ThreadPoolExecutor(8) as pool:  # concurrent, so load spreads them over both engines
+            bound = list(pool.map(lambda s: _complete(
+                first, s, [rng.randrange(100, 8000) for _ in range(300)], 48), sessions))
+        names = {endpoint.engine_names[b] for b in bound}
+        assert names == {"agg0", "agg1"}, bound
+        later = [_complete(second, s, [rng.randrange(100, 8000) for _ in range(300)], 1)
+                 for s in sessions]
+        assert later == bound
+    time.sleep(1)
+    assert new_job_processes(before) == []
+
+
+def test_etcd_and_nats_discovery_on_loopback(tmp_path):
+    before = process_table()
+    cfg = ServingConfig(mode="kv_routed", engines=1, discovery="etcd")
+    cluster = Cluster(cfg, ModelConfig(max_model_len=4096), tmp_path, ROOT / ".cache")
+    with cluster as endpoint:
+        assert cluster.plane.env()["DYN_DISCOVERY_BACKEND"] == "etcd"
+        url = endpoint.base_url.removesuffix("/v1")
+        assert endpoint.engine_names[_complete(url, "s", [5, 6, 7], 2)] == "agg0"
+    time.sleep(1)
+    assert new_job_processes(before) == []

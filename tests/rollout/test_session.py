@@ -14,6 +14,7 @@ class ScriptedClient:
 
     def __init__(self, calls):
         self.calls = list(calls)
+        self.released = []
 
     def constraint(self):
         return "scripted"
@@ -24,15 +25,20 @@ class ScriptedClient:
                 "function": {"name": name, "arguments": json.dumps(args)}}
         return Completion("", [call], "tool_calls", [1, 2], [3], [-0.1], 2, 1, 0, 0.01)
 
+    async def release(self, session_id):
+        self.released.append(session_id)
+
 
 ENV = load(EnvConfig(task_ids=["stats_mean"]))
 FIX = {"path": "stats.py", "old_text": "(len(values) - 1)", "new_text": "len(values)"}
 
 
 def run(calls, limits=None):
-    session = Session(Job("stats_mean", 0), ENV, ScriptedClient(calls), limits or SessionLimits(),
-                      0, "run")
-    return asyncio.run(session.run())
+    client = ScriptedClient(calls)
+    session = Session(Job("stats_mean", 0), ENV, client, limits or SessionLimits(), 0, "run")
+    record = asyncio.run(session.run())
+    assert client.released == [session.session_id]  # the router may drop the binding now
+    return record
 
 
 def test_fix_and_submit_is_rewarded():
