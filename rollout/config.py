@@ -30,7 +30,8 @@ class RolloutConfig:
     workers: int = 2
     sessions_per_worker: int = 4
     worker_num_cpus: float = 0.25
-    max_retries: int = 2
+    max_retries: int = 3
+    retry_backoff_s: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits,
                                               int(cfg.seed), run_dir.name),
                     rollout.workers, rollout.workers * rollout.sessions_per_worker,
-                    rollout.max_retries)
+                    rollout.max_retries, rollout.retry_backoff_s)
                 with _progress() as progress:
                     bar = progress.add_task("sessions", total=len(jobs))
 

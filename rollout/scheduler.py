@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -20,35 +21,48 @@ class Scheduler:
 
     A session that ends with status `infra_error` (or whose actor died) is run again, up to
     `max_retries` times, as a new attempt: infrastructure failures never become rewards.
+    Attempt n waits `backoff_s * 2**(n-1)` first, so a retry outlives what failed it (an engine
+    that restarts takes tens of seconds).
     """
 
     def __init__(self, make_worker: Callable[[], Any], num_workers: int, window: int,
-                 max_retries: int) -> None:
+                 max_retries: int, backoff_s: float = 0.0) -> None:
         self.make_worker = make_worker
         self.workers = [make_worker() for _ in range(num_workers)]
         self.window = window
         self.max_retries = max_retries
+        self.backoff_s = backoff_s
 
     def run(self, jobs: list[Job], on_record: Callable[[dict[str, Any]], None]) -> None:
         queue = list(reversed(jobs))
+        delayed: list[tuple[float, Job]] = []  # retries waiting out their backoff
         pending: dict[ray.ObjectRef, tuple[Job, int, Any]] = {}
         load = [0] * len(self.workers)
-        while queue or pending:
+        while queue or pending or delayed:
+            now = time.monotonic()
+            queue.extend(job for due, job in delayed if due <= now)
+            delayed = [(due, job) for due, job in delayed if due > now]
+            if not pending and not queue:
+                time.sleep(min(1.0, min(due for due, _ in delayed) - now))
+                continue
             while queue and len(pending) < self.window:
                 job = queue.pop()
                 w = min(range(len(self.workers)), key=load.__getitem__)
                 worker = self.workers[w]
                 pending[worker.run.remote(job)] = (job, w, worker)
                 load[w] += 1
+            if not pending:
+                continue
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
                 job, w, worker = pending.pop(ref)
                 load[w] -= 1
                 record = self._result(ref, job, w, worker)
                 if record["status"] == "infra_error" and job.attempt < self.max_retries:
-                    log.warning("rollout %s attempt %d failed (%s); retrying", job.rollout_id,
-                                job.attempt, record["error"])
-                    queue.append(replace(job, attempt=job.attempt + 1))
+                    wait = self.backoff_s * 2 ** job.attempt
+                    log.warning("rollout %s attempt %d failed (%s); retrying in %.0fs",
+                                job.rollout_id, job.attempt, record["error"], wait)
+                    delayed.append((time.monotonic() + wait, replace(job, attempt=job.attempt + 1)))
                 else:
                     on_record(record)
 
