@@ -14,8 +14,12 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import httpx
+
+from serving.config import ServingError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -100,6 +104,25 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def wait_serving(process: ManagedProcess, what: str, ready: Callable[[httpx.Client], bool],
+                 deadline: float, waiting_for: str) -> None:
+    """Poll `ready(http)` until it holds. A process that exits first, or a deadline that passes,
+    is a ServingError naming `what` and its log; transport errors and bad JSON mean "not yet"."""
+    with httpx.Client(timeout=2.0) as http:
+        while time.monotonic() < deadline:
+            if not process.alive():
+                raise ServingError(f"{what} exited during start-up (code "
+                                   f"{process.proc.returncode}): {process.last_error()} "
+                                   f"[log: {process.log_path}]")
+            try:
+                if ready(http):
+                    return
+            except (httpx.TransportError, ValueError):
+                pass
+            time.sleep(0.5)
+    raise ServingError(f"{what} never {waiting_for}; log {process.log_path}")
 
 
 def wait_until(check, timeout_s: float, interval_s: float = 0.5) -> bool:

@@ -8,10 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from serving.config import ModelConfig, ServingConfig, ServingError
-from serving.process import ManagedProcess, free_port, port_in_use
+from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -99,22 +97,10 @@ class VllmEngine:
 
     def _wait_healthy(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.cfg.startup_timeout_s
-        with httpx.Client(timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                if not self.process.alive():
-                    raise ServingError(
-                        f"engine {self.engine_id} exited during start-up (code "
-                        f"{self.process.proc.returncode}): {self.process.last_error()} "
-                        f"[log: {self.process.log_path}]")
-                try:
-                    if http.get(f"{self.base_url}/health").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.5)
-        raise ServingError(f"engine {self.engine_id} not healthy after "
-                           f"{self.cfg.startup_timeout_s:.0f}s; log {self.process.log_path}")
+        wait_serving(self.process, f"engine {self.engine_id}",
+                     lambda http: http.get(f"{self.base_url}/health").status_code == 200,
+                     time.monotonic() + self.cfg.startup_timeout_s,
+                     f"healthy in {self.cfg.startup_timeout_s:.0f}s")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

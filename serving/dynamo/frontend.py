@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from serving.config import ServingConfig, ServingError
-from serving.process import ManagedProcess, free_port, port_in_use
+from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 
 ROUTER_MODES = ("kv", "round-robin", "random")
 AFFINITY = ("soft", "hard", "off")
@@ -75,20 +74,13 @@ class DynamoFrontend:
     def wait_model(self, model: str, deadline: float) -> None:
         """Block until the frontend lists `model` (a worker set for it has registered)."""
         assert self.process is not None
-        with httpx.Client(timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                if not self.process.alive():
-                    raise ServingError(f"frontend {self.name} exited: {self.process.last_error()}"
-                                       f" [log: {self.process.log_path}]")
-                try:
-                    data = http.get(f"{self.base_url}/v1/models").json().get("data", [])
-                    if any(m.get("id") == model for m in data):
-                        return
-                except (httpx.TransportError, ValueError):
-                    pass
-                time.sleep(0.5)
-        raise ServingError(f"frontend {self.name} never listed model {model!r}; "
-                           f"log {self.process.log_path}")
+
+        def listed(http: httpx.Client) -> bool:
+            data = http.get(f"{self.base_url}/v1/models").json().get("data", [])
+            return any(m.get("id") == model for m in data)
+
+        wait_serving(self.process, f"frontend {self.name}", listed, deadline,
+                     f"listed model {model!r}")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from serving.config import ModelConfig, ServingConfig, ServingError
-from serving.process import ManagedProcess, free_port
+from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env
 
 ROLES = ("agg", "prefill", "decode")
@@ -89,25 +88,18 @@ class DynamoWorker:
     def wait_ready(self, deadline: float) -> None:
         """Block until the worker's endpoints are ready, then learn its Dynamo instance id."""
         assert self.process is not None
-        with httpx.Client(timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                if not self.process.alive():
-                    raise ServingError(
-                        f"worker {self.name} exited during start-up (code "
-                        f"{self.process.proc.returncode}): {self.process.last_error()} "
-                        f"[log: {self.process.log_path}]")
-                try:
-                    health = http.get(f"http://{self.cfg.host}:{self.system_port}/health")
-                    ready = health.status_code == 200 and health.json().get("status") == "ready"
-                    endpoints = health.json().get("endpoints", {}) if ready else {}
-                    if ready and endpoints.get("generate") == "ready":
-                        self.instance_id = _instance_id(http.get(self.metrics_url).text)
-                        return
-                except (httpx.TransportError, ValueError):
-                    pass
-                time.sleep(0.5)
-        raise ServingError(f"worker {self.name} not ready in {self.cfg.startup_timeout_s:.0f}s; "
-                           f"log {self.process.log_path}")
+
+        def ready(http: httpx.Client) -> bool:
+            health = http.get(f"http://{self.cfg.host}:{self.system_port}/health")
+            body = health.json() if health.status_code == 200 else {}
+            endpoints = body.get("endpoints", {})
+            if body.get("status") != "ready" or endpoints.get("generate") != "ready":
+                return False
+            self.instance_id = _instance_id(http.get(self.metrics_url).text)
+            return True
+
+        wait_serving(self.process, f"worker {self.name}", ready, deadline,
+                     f"ready in {self.cfg.startup_timeout_s:.0f}s")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()
