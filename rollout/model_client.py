@@ -177,7 +177,7 @@ class ModelClient:
         if dynamo:
             self._read_nvext(done, raw.get("nvext") or {})
         done.constraint = constraint
-        self._read_calls(done, resp.model_dump(), tools, own_parse=grammar is not None)
+        self._read_calls(done, raw, tools, own_parse=grammar is not None)
         return done
 
     def _read_nvext(self, done: Completion, nvext: dict[str, Any]) -> None:
@@ -203,12 +203,12 @@ class ModelClient:
                 extra_headers={SESSION_HEADER: session_id, "x-dynamo-session-final": "true"})
 
     def _read_calls(self, done: Completion, raw: dict, tools: list[dict], own_parse: bool) -> None:
-        entries = (raw["choices"][0].get("logprobs") or {}).get("content") or []
         if self.endpoint.token_ids == "dynamo" and self.endpoint.tokenizer_path:
             # Dynamo reports each token's bytes after a lossy decode: use the sampled ids.
             table = _token_bytes(self.endpoint.tokenizer_path)
             pieces = [table[i] for i in done.completion_token_ids]
         else:
+            entries = (raw["choices"][0].get("logprobs") or {}).get("content") or []
             pieces = [bytes(e["bytes"]) if e.get("bytes") is not None else e["token"].encode()
                       for e in entries]
         parsed = parse_glm(pieces, tools, self.endpoint.enable_thinking)

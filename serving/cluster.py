@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -39,24 +40,33 @@ def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
     return path
 
 
-def markup_token_ids(root_url: str, model: str,
-                     headers: dict[str, str] | None = None) -> dict[str, int]:
-    """Ask the server's /tokenize which single token each tool-call markup string is.
+def _single_tokens(encode: Callable[[str], list[int] | None]) -> dict[str, int]:
+    """Each tool-call markup string that `encode` makes into exactly one token -> that token.
 
-    Markup that is not one token (or a server without /tokenize) is left out: the project's
-    tool-call grammar then refuses to build, with the missing markup named.
+    Markup that is not one token (or cannot be encoded) is left out: the project's tool-call
+    grammar then refuses to build, with the missing markup named.
     """
     ids: dict[str, int] = {}
     for text in SPECIAL_TOKENS:
-        try:
-            resp = httpx.post(f"{root_url}/tokenize", headers=headers, timeout=10.0,
-                              json={"model": model, "prompt": text, "add_special_tokens": False})
-            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            tokens = None
+        tokens = encode(text)
         if tokens and len(tokens) == 1:
             ids[text] = tokens[0]
     return ids
+
+
+def markup_token_ids(root_url: str, model: str,
+                     headers: dict[str, str] | None = None) -> dict[str, int]:
+    """The markup's token ids as the server's /tokenize reports them."""
+
+    def encode(text: str) -> list[int] | None:
+        try:
+            resp = httpx.post(f"{root_url}/tokenize", headers=headers, timeout=10.0,
+                              json={"model": model, "prompt": text, "add_special_tokens": False})
+            return resp.json().get("tokens") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    return _single_tokens(encode)
 
 
 def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
@@ -65,12 +75,7 @@ def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
     if not path.is_file():
         return {}
     tok = Tokenizer.from_file(str(path))
-    ids: dict[str, int] = {}
-    for text in SPECIAL_TOKENS:
-        tokens = tok.encode(text, add_special_tokens=False).ids
-        if len(tokens) == 1:
-            ids[text] = tokens[0]
-    return ids
+    return _single_tokens(lambda text: tok.encode(text, add_special_tokens=False).ids)
 
 
 def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
@@ -147,10 +152,10 @@ class Cluster:
         cfg = self.serving
         roles = worker_roles(cfg)
         if cfg.device == "cuda":
-            need = len(roles) * cfg.tensor_parallel * cfg.data_parallel
-            if _gpus() < need:
+            need, have = len(roles) * cfg.tensor_parallel * cfg.data_parallel, _gpus()
+            if have < need:
                 raise ServingError(f"serving.device=cuda with this topology needs {need} GPUs; "
-                                   f"this machine has {_gpus()}")
+                                   f"this machine has {have}")
         if cfg.frontends < 1:
             raise ServingError(f"serving.frontends must be >= 1, got {cfg.frontends}")
         self.plane = ControlPlane(cfg, self.run_dir)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-PREFIX_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                   "vllm:prompt_tokens_total", "vllm:request_success_total")
+PREFIX_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 
 
 def scrape(url: str, names: tuple[str, ...] = PREFIX_COUNTERS) -> dict[str, float]:

@@ -71,7 +71,6 @@ class DynamoWorker:
         env.update(self.plane_env)
         env.update({
             "DYN_SYSTEM_PORT": str(self.system_port),
-            "DYN_SYSTEM_ENABLED": "true",
             "VLLM_NIXL_SIDE_CHANNEL_HOST": self.cfg.host,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.nixl_port),
         })
