@@ -101,8 +101,14 @@ def _split_kernel(
         dim_a = d + 256 * half
         dim_b = d + 256 - 256 * half
     qrow = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
-    q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(tl.float32)
-    q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(tl.float32)
+    if FMT == NVFP4:  # one contiguous load, split into even / odd dims in registers
+        q_lat = tl.load(qrow + tl.arange(0, 512)[None, :], mask=hmask[:, None], other=0)
+        q_even, q_odd = tl.split(tl.reshape(q_lat.to(tl.float32), [BLOCK_H, 256, 2]))
+        q_a = tl.where(half == 0, q_even, q_odd)
+        q_b = tl.where(half == 0, q_odd, q_even)
+    else:
+        q_a = tl.load(qrow + dim_a[None, :], mask=hmask[:, None], other=0).to(tl.float32)
+        q_b = tl.load(qrow + dim_b[None, :], mask=hmask[:, None], other=0).to(tl.float32)
     q_r = tl.load(qrow + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0)
     q_r = q_r.to(tl.float32)
     # A power of two that brings max|q| to 2**14: bf16 q then fits an fp16 MMA operand exactly
@@ -168,18 +174,21 @@ def _split_kernel(
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
     if DIRECT:  # one split: final output, no combine pass
         w = (v_scale / l_safe)[:, None]
-        optr = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
-        tl.store(optr + dim_a[None, :], (acc_a * w).to(tl.bfloat16), mask=hmask[:, None])
-        if not SPLIT_V:
-            tl.store(optr + dim_b[None, :], (acc_b * w).to(tl.bfloat16), mask=hmask[:, None])
+        dst = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh
         tl.store(lse_ptr + b * H + heads, lse2 * 0.6931471805599453, mask=lmask)
-    else:  # opart[..., :256] holds half a (dims 2i / i), [256:] half b (2i + 1 / 256 + i)
+    else:  # opart [B, splits, H, 512] in natural dim order, like out
+        w = 1.0 / l_safe[:, None]
         part = (b * nsplit + split).to(tl.int64) * H + heads
-        optr = opart_ptr + part[:, None] * 512 + 256 * half + d[None, :]
-        tl.store(optr, acc_a / l_safe[:, None], mask=hmask[:, None])
-        if not SPLIT_V:
-            tl.store(optr + 256, acc_b / l_safe[:, None], mask=hmask[:, None])
+        dst = opart_ptr + part[:, None] * 512
         tl.store(lpart_ptr + part, lse2, mask=lmask)
+    if FMT == NVFP4 and not SPLIT_V:  # interleave even / odd dims: one contiguous store
+        o = tl.reshape(tl.join(acc_a * w, acc_b * w), [BLOCK_H, 512])
+        tl.store(dst + tl.arange(0, 512)[None, :], o.to(dst.dtype.element_ty), mask=hmask[:, None])
+    else:
+        tl.store(dst + dim_a[None, :], (acc_a * w).to(dst.dtype.element_ty), mask=hmask[:, None])
+        if not SPLIT_V:
+            tl.store(dst + dim_b[None, :], (acc_b * w).to(dst.dtype.element_ty),
+                     mask=hmask[:, None])
 
 
 @triton.jit
@@ -193,7 +202,6 @@ def _combine_kernel(
     nsplit,
     stride_ob,
     stride_oh,
-    FMT: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -218,8 +226,7 @@ def _combine_kernel(
     empty = total == 0
     total = tl.where(empty, 1.0, total)
     o = o * (v_scale / total)
-    dim = 2 * (e % 256) + e // 256 if FMT == NVFP4 else e
-    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + dim, o.to(tl.bfloat16))
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + e, o.to(tl.bfloat16))
     lse = tl.where(empty, float("-inf"), (m_use + tl.log2(total)) * 0.6931471805599453)
     tl.store(lse_ptr + b * H + h, lse)
 
@@ -280,7 +287,7 @@ def sparse_mla_decode(
     if not direct:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, v_scale, num_heads, nsplit, out.stride(0), out.stride(1),
-            FMT=FORMAT_ID[fmt], BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip
+            BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip
     return out, lse
 
 
