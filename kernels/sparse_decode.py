@@ -40,12 +40,13 @@ class DecodeConfig:
 
 def default_config(num_heads: int, fmt: KVFormat) -> DecodeConfig:
     """The fastest of scripts/bench_kernels.py's candidates on the H200 (kernels/README.md):
-    H <= 16: 4 warps, 3 stages, registers capped at 168 so that 3 programs share an SM, 3
-    programs per SM (NVFP4 also decodes each tile once); H >= 64: 8 warps over 64 heads."""
+    H <= 16: 64-row tiles on 4 warps, 2 programs per SM (NVFP4: 2 stages and each tile decoded
+    once; FP8: 3 stages); H >= 64: 8 warps over 64 heads."""
+    nvfp4 = fmt == KVFormat.NVFP4
     if num_heads <= 16:
-        return DecodeConfig(16, 32, num_warps=4, num_stages=3, programs_per_sm=3, maxnreg=168,
-                            decode_pure=fmt != KVFormat.NVFP4)  # fmt: skip
-    return DecodeConfig(64, 64, num_warps=8, num_stages=3 if fmt == KVFormat.NVFP4 else 1)
+        return DecodeConfig(16, 64, num_warps=4, num_stages=2 if nvfp4 else 3, programs_per_sm=2,
+                            decode_pure=not nvfp4)  # fmt: skip
+    return DecodeConfig(64, 64, num_warps=8, num_stages=3 if nvfp4 else 1)
 
 
 @triton.jit
