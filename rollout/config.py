@@ -58,6 +58,11 @@ def typed(cls: type[T], node: Any, group: str) -> T:
             raise ConfigError(f"{group}.{name} must be a number, got {value!r}")
         if kind == "int" and isinstance(value, float):
             raise ConfigError(f"{group}.{name} must be an integer, got {value!r}")
+        if kind == "dict[str, str]":  # environment variables: `X=16` on the command line is an int
+            if not isinstance(value, dict) or any(isinstance(v, dict | list | None)
+                                                  for v in value.values()):
+                raise ConfigError(f"{group}.{name} must map names to plain values, got {value!r}")
+            values[name] = {str(k): str(v) for k, v in value.items()}
     return cls(**values)
 
 

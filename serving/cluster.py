@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +116,7 @@ class Cluster:
         self.frontends: list[DynamoFrontend] = []
         self.endpoint: Endpoint | None = None
         self.watchdog: DeregistrationWatchdog | None = None
+        self._stopping = threading.Event()
 
     def __enter__(self) -> Endpoint:
         try:
@@ -209,11 +211,13 @@ class Cluster:
             raise ServingError(f"no worker named {name!r}; workers: "
                                f"{[w.name for w in self.workers]}")
         old.stop()
+        if self._stopping.is_set():
+            raise ServingError(f"not restarting worker {name}: the cluster is stopping")
         new = DynamoWorker(old.name, old.role, old.model_dir, self.model, self.serving,
                            self.run_dir, self.cache_dir, self.plane.env(), core=old.core)
         self.workers[self.workers.index(old)] = new
         new.start()
-        new.wait_ready(time.monotonic() + self.serving.startup_timeout_s)
+        new.wait_ready(time.monotonic() + self.serving.startup_timeout_s, self._stopping)
         if self.endpoint is not None:
             self.endpoint.engine_names[new.instance_id] = new.name
             self.endpoint.metrics_urls[new.name] = new.metrics_url
@@ -252,6 +256,7 @@ class Cluster:
                         request_timeout_s=self.serving.request_timeout_s)
 
     def stop(self) -> None:
+        self._stopping.set()  # a worker restart in progress gives up instead of finishing
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None

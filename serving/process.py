@@ -13,6 +13,7 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -107,11 +108,14 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def wait_serving(process: ManagedProcess, what: str, ready: Callable[[httpx.Client], bool],
-                 deadline: float, waiting_for: str) -> None:
-    """Poll `ready(http)` until it holds. A process that exits first, or a deadline that passes,
-    is a ServingError naming `what` and its log; transport errors and bad JSON mean "not yet"."""
+                 deadline: float, waiting_for: str, abort: threading.Event | None = None) -> None:
+    """Poll `ready(http)` until it holds. A process that exits first, a deadline that passes, or
+    `abort` being set is a ServingError naming `what` and its log; transport errors and bad
+    JSON mean "not yet"."""
     with httpx.Client(timeout=2.0) as http:
         while time.monotonic() < deadline:
+            if abort is not None and abort.is_set():
+                raise ServingError(f"{what}: start-up abandoned, the cluster is stopping")
             if not process.alive():
                 raise ServingError(f"{what} exited during start-up (code "
                                    f"{process.proc.returncode}): {process.last_error()} "

@@ -62,4 +62,4 @@ class DeregistrationWatchdog(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-        self.join(timeout=600)  # a restart in progress finishes (or fails) first
+        self.join(timeout=60)  # a restart in progress is abandoned by the stopping cluster

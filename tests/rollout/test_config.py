@@ -2,6 +2,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rollout.config import ConfigError, RolloutConfig, typed
+from serving.config import ServingConfig
 
 
 def test_typed_builds_the_dataclass():
@@ -17,3 +18,11 @@ def test_typed_builds_the_dataclass():
 def test_typed_rejects(values, message):
     with pytest.raises(ConfigError, match=message):
         typed(RolloutConfig, OmegaConf.create(values), "rollout")
+
+
+def test_typed_turns_environment_values_into_strings():
+    cfg = typed(ServingConfig, OmegaConf.create({"extra_env": {"THREADS": 16, "ON": True}}),
+                "serving")
+    assert cfg.extra_env == {"THREADS": "16", "ON": "True"}
+    with pytest.raises(ConfigError, match="serving.extra_env must map names to plain values"):
+        typed(ServingConfig, OmegaConf.create({"extra_env": {"X": [1]}}), "serving")
