@@ -120,6 +120,43 @@ def _complete(url: str, session: str, prompt: list[int], max_tokens: int) -> str
     return f"{resp.json()['nvext']['worker_id']['decode_worker_id']:x}"
 
 
+def _disagg_turn(url: str, prompt: list[int]) -> tuple[int, dict]:
+    resp = httpx.post(f"{url}/v1/completions", timeout=120,
+                      json={"model": "tiny-glm", "prompt": prompt, "max_tokens": 8,
+                            "nvext": {"extra_fields": ["worker_id"]}})
+    return resp.status_code, resp.json().get("nvext", {}).get("worker_id", {})
+
+
+def test_a_dead_prefill_worker_fails_fast_and_a_restarted_one_rejoins(tmp_path):
+    """SIGKILL the only prefill worker: turns fail at once with a retryable 5xx (nothing hangs
+    on the decode worker, which stays up); `restart_worker` brings a new one that serves."""
+    before = process_table()
+    cluster = Cluster(ServingConfig(mode="disagg"), ModelConfig(max_model_len=4096), tmp_path,
+                      ROOT / ".cache")
+    with cluster as endpoint:
+        url = endpoint.base_url.removesuffix("/v1")
+        status, ids = _disagg_turn(url, list(range(100, 400)))
+        assert status == 200
+        old_prefill, decode = f"{ids['prefill_worker_id']:x}", f"{ids['decode_worker_id']:x}"
+        assert endpoint.engine_names[old_prefill] == "prefill0"
+        prefill = next(w for w in cluster.workers if w.name == "prefill0")
+        os.killpg(prefill.process.pid, signal.SIGKILL)
+        for i in range(5):
+            start = time.monotonic()
+            status, _ = _disagg_turn(url, list(range(500 + i, 800 + i)))
+            assert status >= 500 and time.monotonic() - start < 10, status
+            time.sleep(1)
+        assert [w.name for w in cluster.workers if w.alive()] == ["decode0"]
+        cluster.restart_worker("prefill0")
+        status, ids = _disagg_turn(url, list(range(900, 1200)))
+        assert status == 200
+        new_prefill = f"{ids['prefill_worker_id']:x}"
+        assert new_prefill != old_prefill and endpoint.engine_names[new_prefill] == "prefill0"
+        assert f"{ids['decode_worker_id']:x}" == decode  # the same decode worker, not wedged
+    time.sleep(1)
+    assert new_job_processes(before) == []
+
+
 def test_session_bindings_are_shared_between_frontends(tmp_path):
     """Sessions bound through one frontend keep their engine through another, even for a
     prompt that shares nothing with what that engine holds."""
