@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,8 +117,12 @@ class Workspace:
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
+                # bwrap's child is the sandbox's pid-namespace init: it exits only once every
+                # process in the namespace is gone, so waiting for it means nothing is left
+                inner = _children(proc.pid)
                 _kill_group(proc.pid)
                 proc.wait()
+                _wait_gone(inner)
             text = _head_and_tail(out, max_output)
         if self.policy.isolate and proc.returncode == 1 and text.startswith("bwrap: "):
             raise SandboxFailure(text.strip().splitlines()[0])
@@ -143,6 +148,27 @@ def _snapshot(root: Path) -> dict[str, tuple[str, str]]:
             continue
         snap[str(path.relative_to(root))] = (hashlib.sha256(data).hexdigest(), text)
     return snap
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> None:
+    """Until none of `pids` runs (a zombie has finished: its namespace is already empty)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                break
+            if stat[stat.rindex(")") + 2] in "ZX":
+                break
+            time.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:
