@@ -111,20 +111,19 @@ def _worker_pid(name: str, run_dir: Path) -> int:
     raise AssertionError(f"no process for worker {name}")
 
 
-def _complete(url: str, session: str, prompt: list[int], max_tokens: int) -> str:
-    resp = httpx.post(f"{url}/v1/completions", timeout=120,
-                      headers={"x-dynamo-session-id": session},
+def _turn(url: str, prompt: list[int], max_tokens: int,
+          headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    """One completion through the frontend -> (HTTP status, the engines that served it)."""
+    resp = httpx.post(f"{url}/v1/completions", timeout=120, headers=headers,
                       json={"model": "tiny-glm", "prompt": prompt, "max_tokens": max_tokens,
                             "nvext": {"extra_fields": ["worker_id"]}})
-    resp.raise_for_status()
-    return f"{resp.json()['nvext']['worker_id']['decode_worker_id']:x}"
-
-
-def _disagg_turn(url: str, prompt: list[int]) -> tuple[int, dict]:
-    resp = httpx.post(f"{url}/v1/completions", timeout=120,
-                      json={"model": "tiny-glm", "prompt": prompt, "max_tokens": 8,
-                            "nvext": {"extra_fields": ["worker_id"]}})
     return resp.status_code, resp.json().get("nvext", {}).get("worker_id", {})
+
+
+def _complete(url: str, session: str, prompt: list[int], max_tokens: int) -> str:
+    status, ids = _turn(url, prompt, max_tokens, {"x-dynamo-session-id": session})
+    assert status == 200, status
+    return f"{ids['decode_worker_id']:x}"
 
 
 def test_a_dead_prefill_worker_fails_fast_and_a_restarted_one_rejoins(tmp_path):
@@ -135,7 +134,7 @@ def test_a_dead_prefill_worker_fails_fast_and_a_restarted_one_rejoins(tmp_path):
                       ROOT / ".cache")
     with cluster as endpoint:
         url = endpoint.base_url.removesuffix("/v1")
-        status, ids = _disagg_turn(url, list(range(100, 400)))
+        status, ids = _turn(url, list(range(100, 400)), 8)
         assert status == 200
         old_prefill, decode = f"{ids['prefill_worker_id']:x}", f"{ids['decode_worker_id']:x}"
         assert endpoint.engine_names[old_prefill] == "prefill0"
@@ -143,12 +142,12 @@ def test_a_dead_prefill_worker_fails_fast_and_a_restarted_one_rejoins(tmp_path):
         os.killpg(prefill.process.pid, signal.SIGKILL)
         for i in range(5):
             start = time.monotonic()
-            status, _ = _disagg_turn(url, list(range(500 + i, 800 + i)))
+            status, _ = _turn(url, list(range(500 + i, 800 + i)), 8)
             assert status >= 500 and time.monotonic() - start < 10, status
             time.sleep(1)
         assert [w.name for w in cluster.workers if w.alive()] == ["decode0"]
         cluster.restart_worker("prefill0")
-        status, ids = _disagg_turn(url, list(range(900, 1200)))
+        status, ids = _turn(url, list(range(900, 1200)), 8)
         assert status == 200
         new_prefill = f"{ids['prefill_worker_id']:x}"
         assert new_prefill != old_prefill and endpoint.engine_names[new_prefill] == "prefill0"
