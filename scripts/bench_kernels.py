@@ -1,4 +1,4 @@
-"""Sparse MLA decode on one GPU: NVFP4 kernel vs FP8 kernel vs FP8 staging vs plain PyTorch.
+"""Sparse MLA decode on one GPU: NVFP4 (Triton, CUDA) vs FP8 kernel vs FP8 staging vs PyTorch.
 
 One run: measures the GPU's ceilings, checks every kernel against the PyTorch reference on
 fresh heavy-tailed inputs (ragged top-k, -1 padding, poisoned outputs), times every path at
@@ -30,6 +30,7 @@ import triton  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 from kernels.cache_write import write_kv_cache  # noqa: E402
+from kernels.cuda_decode import sparse_mla_decode_cuda, split_plan  # noqa: E402
 from kernels.fp8_staging import staged_decode  # noqa: E402
 from kernels.kv_capacity import capacity_table  # noqa: E402
 from kernels.kv_formats import (  # noqa: E402
@@ -45,6 +46,11 @@ from kernels.sparse_decode import DecodeConfig, _split_kernel, sparse_mla_decode
 from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: E402
 
 SM_SCALE = 1 / math.sqrt(192)  # GLM-5: qk_nope 192 + rope 64 folded into the 576-wide latent
+HAS_SM90 = (  # the CUDA kernel's target; BENCH_NO_CUDA=1 leaves it out (scripts/h200_kernels.sh)
+    torch.cuda.is_available()
+    and torch.cuda.get_device_capability() == (9, 0)
+    and not os.environ.get("BENCH_NO_CUDA")
+)
 # Candidate configs per (format, head group): (block_h, block_t, num_warps, num_stages,
 # decoder, decode_pure, lazy_rescale, split_v, maxnreg, programs_per_sm values). Round 1's
 # defaults are kept (decoder "prmt") as the baseline; every candidate is also checked against
@@ -215,7 +221,8 @@ def check_correctness(pool: dict, heads_list: list[int], gen: torch.Generator) -
         q = logit_scaled_q(bsz, heads, pool["kv"], SM_SCALE, gen)
         idx = ragged_topk(bsz, topk, n, gen)
         valid = idx >= 0
-        for fmt in (KVFormat.NVFP4, KVFormat.FP8, "staging"):
+        paths = (KVFormat.NVFP4, KVFormat.FP8, "staging") + (("cuda",) if HAS_SM90 else ())
+        for fmt in paths:
             out = torch.full(
                 (bsz, heads, LATENT_DIM), float("nan"), device=dev, dtype=torch.bfloat16
             )
@@ -230,6 +237,10 @@ def check_correctness(pool: dict, heads_list: list[int], gen: torch.Generator) -
                 ref, ref_lse = attend(
                     q.float(), staged.masked_fill(~valid[..., None], 0), valid, SM_SCALE
                 )
+            elif fmt == "cuda":
+                cache = pool["caches"][KVFormat.NVFP4]
+                sparse_mla_decode_cuda(q, cache, idx, SM_SCALE, out=out, lse=lse)
+                ref, ref_lse = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, SM_SCALE)
             else:
                 cache = pool["caches"][fmt]
                 sparse_mla_decode(q, cache, idx, fmt, SM_SCALE, pool["kv_scale"], out=out, lse=lse)
@@ -336,11 +347,44 @@ def bench_shape(
         fp8_cfg = cfg if fmt == KVFormat.FP8 else fp8_cfg
     stage = torch.empty(bsz * topk, KV_DIM, dtype=torch.uint8, device=dev)
     nv = pool["caches"][KVFormat.NVFP4]
+    if HAS_SM90:
+        res.update(bench_cuda(q, nv, idx, bsz, heads, topk, entry))
     staged = partial(staged_decode, q, nv, idx, SM_SCALE, pool["kv_scale"], stage, fp8_cfg)
     res["staging"] = entry(timed(staged), ROW_BYTES[KVFormat.NVFP4], staged()[0])
     plain = partial(torch_gather_decode, q, kv, idx)
     res["torch_bf16"] = entry(timed(plain), ROW_BYTES[KVFormat.BF16], plain())
     return res
+
+
+def bench_cuda(
+    q: torch.Tensor, cache: torch.Tensor, idx: torch.Tensor, bsz: int, heads: int, topk: int, entry
+) -> dict:
+    """The CUDA kernel at its automatic split count, half and twice that; the fastest correct."""
+    ref, _ = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, SM_SCALE)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    auto = split_plan(bsz, heads, topk, 0, sms)[0]
+    plans = {split_plan(bsz, heads, topk, n, sms)[0] for n in (auto, max(1, auto // 2), 2 * auto)}
+    tried, errs = {}, {}
+    for n in sorted(plans):
+        fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n)
+        errs[n] = rel(fn()[0], ref)
+        tried[n] = timed(fn)
+    ok = {n: t for n, t in tried.items() if errs[n] < 2e-2}
+    if not ok:
+        return {"cuda_wrong": {n: errs[n] for n in tried}}
+    n = min(ok, key=ok.get)
+    fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n)
+    configs = {f"splits{k}": [t * 1e6, errs[k]] for k, t in tried.items()}
+    return {
+        "nvfp4_cuda": entry(
+            ok[n],
+            ROW_BYTES[KVFormat.NVFP4],
+            fn()[0],
+            config=f"splits{n}",
+            all_configs_us_err=configs,
+            err_vs_ref=errs[n],
+        )  # fmt: skip
+    }
 
 
 def _compile_worker(plan: list) -> list[str]:
@@ -378,19 +422,23 @@ def _cfg_name(c: DecodeConfig) -> str:
 
 def goals(shapes: list[dict], ceil: dict) -> dict:
     """The issue's goals, each with the measured value next to its target."""
-    by = {(r["H"], r["B"]): r for r in shapes if "nvfp4" in r}
     g = {}
-    if (16, 64) in by:
-        r = by[(16, 64)]["nvfp4"]
-        g["H16_B64_hbm_fraction(goal>=0.8)"] = r["tbs"] / ceil["hbm_read_tbs"]
-    if (64, 128) in by:
-        g["H64_B128_tflops(goal>=400)"] = by[(64, 128)]["nvfp4"]["tflops"]
-    for k, r in by.items():
-        name = f"H{k[0]}_B{k[1]}"
-        if "fp8" in r:
-            g[f"{name}_fp8_over_nvfp4_time(goal>=1)"] = r["fp8"]["us"] / r["nvfp4"]["us"]
-        g[f"{name}_staging_over_nvfp4_time(goal>=2)"] = r["staging"]["us"] / r["nvfp4"]["us"]
+    for path in ("nvfp4", "nvfp4_cuda"):
+        by = {(r["H"], r["B"]): r for r in shapes if path in r}
+        if (16, 64) in by:
+            r = by[(16, 64)][path]
+            g[f"{path}_H16_B64_hbm_fraction(goal>=0.8)"] = r["tbs"] / ceil["hbm_read_tbs"]
+        if (64, 128) in by:
+            g[f"{path}_H64_B128_tflops(goal>=400)"] = by[(64, 128)][path]["tflops"]
+        for k, r in by.items():
+            name = f"{path}_H{k[0]}_B{k[1]}"
+            if "fp8" in r:
+                g[f"{name}_fp8_over_nvfp4_time(goal>=1)"] = r["fp8"]["us"] / r[path]["us"]
+            g[f"{name}_staging_over_nvfp4_time(goal>=2)"] = r["staging"]["us"] / r[path]["us"]
     return g
+
+
+PATHS = ("nvfp4_cuda", "nvfp4", "nvfp4_r1", "nvfp4_portable", "fp8", "staging", "torch_bf16")
 
 
 def table(res: dict) -> str:
@@ -408,7 +456,7 @@ def table(res: dict) -> str:
         f"{'%floor':>6} {'err_vs_bf16':>11} config",
     ]
     for r in res["shapes"]:
-        for p in ("nvfp4", "nvfp4_r1", "nvfp4_portable", "fp8", "staging", "torch_bf16"):
+        for p in PATHS:
             if p not in r:
                 continue
             e = r[p]
@@ -421,17 +469,24 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def profile_run(heads: int, bsz: int, topk: int = 2048, pool_n: int = 1 << 20) -> None:
-    """Launches to look at under a profiler: default configs, nothing else."""
+def profile_run(heads: int, bsz: int, paths: str, topk: int = 2048, pool_n: int = 1 << 20) -> None:
+    """Launches to look at under a profiler, 3 of each path ("cuda", "nvfp4", "fp8" in that
+    order): default configs, nothing else."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     kv = heavy_tailed((pool_n, KV_DIM), gen)
     idx = torch.randint(0, pool_n, (bsz, topk), generator=gen, device="cuda", dtype=torch.int32)
     q = logit_scaled_q(bsz, heads, kv, SM_SCALE, gen)
-    for fmt in (KVFormat.NVFP4, KVFormat.FP8):
+    for path in ("cuda", "nvfp4", "fp8"):
+        if path not in paths.split(","):
+            continue
+        fmt = KVFormat.FP8 if path == "fp8" else KVFormat.NVFP4
         cache = torch.empty(pool_n // 64, 64, ROW_BYTES[fmt], dtype=torch.uint8, device="cuda")
         write_kv_cache(kv, torch.arange(pool_n, device="cuda"), cache, fmt)
         for _ in range(3):
-            sparse_mla_decode(q, cache, idx, fmt, SM_SCALE)
+            if path == "cuda":
+                sparse_mla_decode_cuda(q, cache, idx, SM_SCALE)
+            else:
+                sparse_mla_decode(q, cache, idx, fmt, SM_SCALE)
     torch.cuda.synchronize()
 
 
@@ -451,11 +506,12 @@ def main() -> None:
         nargs=2,
         type=int,
         metavar=("H", "B"),
-        help="only run NVFP4 then FP8 decode 3 times each at one shape, for ncu",
+        help="only run the decodes 3 times each at one shape, for ncu",
     )
+    ap.add_argument("--profile-paths", default="cuda,nvfp4,fp8", help="with --profile")
     args = ap.parse_args()
     if args.profile:
-        return profile_run(*args.profile)
+        return profile_run(*args.profile, args.profile_paths)
     t0 = time.time()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gen = torch.Generator(device=dev)

@@ -2,7 +2,9 @@
 and a poisoned (NaN) slot 0 that padding must never read."""
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
@@ -13,6 +15,9 @@ from kernels.kv_formats import KV_DIM, ROW_BYTES, KVFormat, quantize_rows  # noq
 from kernels.ref_decode import sparse_mla_decode_ref  # noqa: E402
 from kernels.sparse_decode import DecodeConfig, default_config, sparse_mla_decode  # noqa: E402
 from kernels.testdata import heavy_tailed, logit_scaled_q, ragged_topk  # noqa: E402
+
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+sm90 = pytest.mark.skipif(not HAS_SM90, reason="the CUDA kernel is built for sm_90a only")
 
 
 def _check(
@@ -25,6 +30,7 @@ def _check(
     config: DecodeConfig | None,
     rtol: float,
     std: float = 3.0,
+    decode: Callable | None = None,
 ) -> None:
     dev = gen.device
     kv = heavy_tailed((pool, KV_DIM), gen)
@@ -37,7 +43,10 @@ def _check(
     idx = ragged_topk(bsz, topk, pool, gen)
     out = torch.full((bsz, heads, 512), float("nan"), dtype=torch.bfloat16, device=dev)
     lse = torch.full((bsz, heads), float("nan"), device=dev)
-    sparse_mla_decode(q, cache, idx, fmt, sm_scale, kv_scale, config=config, out=out, lse=lse)
+    if decode is None:
+        sparse_mla_decode(q, cache, idx, fmt, sm_scale, kv_scale, config=config, out=out, lse=lse)
+    else:  # the CUDA kernel: NVFP4 only, no config
+        decode(q, cache, idx, sm_scale, out=out, lse=lse)
     ref_out, ref_lse = sparse_mla_decode_ref(q, cache, idx, fmt, sm_scale, kv_scale)
 
     assert not out.isnan().any() and not lse.isnan().any()  # every element written
@@ -128,3 +137,72 @@ def test_every_decoder_matches_on_gpu(
     _check(
         KVFormat.NVFP4, bsz=4, heads=heads, topk=512, pool=1 << 14, gen=gen, config=cfg, rtol=2e-2
     )
+
+
+def _cuda(splits: int = 0) -> Callable:
+    from kernels.cuda_decode import sparse_mla_decode_cuda
+
+    return partial(sparse_mla_decode_cuda, num_splits=splits)
+
+
+@pytest.mark.gpu
+@sm90
+@pytest.mark.parametrize("heads", [16, 64, 128])
+def test_cuda_matches_reference_glm_shapes(heads: int, gen: torch.Generator) -> None:
+    _check(
+        KVFormat.NVFP4, bsz=6, heads=heads, topk=2048, pool=1 << 16, gen=gen, config=None,
+        rtol=2e-2, decode=_cuda(),
+    )  # fmt: skip
+
+
+@pytest.mark.gpu
+@sm90
+@pytest.mark.parametrize(
+    ("heads", "topk", "splits"),
+    [(20, 96, 1), (20, 96, 2), (72, 200, 1), (16, 2048, 32), (128, 1000, 3)],
+)
+def test_cuda_matches_reference_small(
+    heads: int, topk: int, splits: int, gen: torch.Generator
+) -> None:
+    # Partial head blocks (20; 72 = 64 + 8), partial tiles (96 = 64 + 32 rows), one split (the
+    # kernel writes out itself) or several (the combine kernel merges them; 32: two steps of 16).
+    _check(
+        KVFormat.NVFP4, bsz=3, heads=heads, topk=topk, pool=1 << 12, gen=gen, config=None,
+        rtol=1e-2, decode=_cuda(splits),
+    )  # fmt: skip
+
+
+@pytest.mark.gpu
+@sm90
+def test_cuda_one_slot_returns_its_row(gen: torch.Generator) -> None:
+    # One valid slot per query: softmax is exactly 1, so out must be that row's dequantized
+    # latent bit for bit (exact in bf16) in every head: checks the decoder and the V layout alone.
+    from kernels.kv_formats import dequantize_rows
+
+    dev, pool, topk = gen.device, 4096, 192
+    rows = quantize_rows(heavy_tailed((pool, KV_DIM), gen), KVFormat.NVFP4)
+    q = heavy_tailed((4, 64, KV_DIM), gen)
+    idx = torch.full((4, topk), -1, dtype=torch.int32, device=dev)
+    slots = torch.randint(0, pool, (4,), generator=gen, device=dev, dtype=torch.int32)
+    idx[torch.arange(4), torch.tensor([0, 63, 64, 191])] = slots
+    out, lse = _cuda(1)(q, rows.view(pool // 16, 16, -1), idx, 0.1)
+    want = dequantize_rows(rows[slots.long()], KVFormat.NVFP4)
+    assert torch.equal(out.float(), want[:, None, :512].expand(-1, 64, -1))
+    scores = (q.float() @ want[:, :, None]).squeeze(-1) * 0.1
+    torch.testing.assert_close(lse, scores, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.gpu
+@sm90
+def test_cuda_zero_q_averages_rows(gen: torch.Generator) -> None:
+    # q = 0: every score is 0, so out is the mean of the valid rows: the P.V path without Q.K.
+    dev, pool = gen.device, 4096
+    rows = quantize_rows(heavy_tailed((pool, KV_DIM), gen), KVFormat.NVFP4)
+    cache = rows.view(pool // 16, 16, -1)
+    q = torch.zeros(3, 16, KV_DIM, dtype=torch.bfloat16, device=dev)
+    idx = ragged_topk(3, 256, pool, gen)
+    out, lse = _cuda(1)(q, cache, idx, 0.1)
+    ref, ref_lse = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, 0.1)
+    assert (out[0] == 0).all() and (lse[0] == -math.inf).all()
+    assert ((out[1:].float() - ref[1:]).norm() / ref[1:].norm()) < 1e-2
+    torch.testing.assert_close(lse[1:], ref_lse[1:], rtol=1e-5, atol=1e-5)

@@ -1,0 +1,481 @@
+// Sparse MLA decode over NVFP4 rows for Hopper (sm_90a), warp-specialized like FlashMLA's sparse
+// decode. One CTA = one query x one top-k split x 64 heads (wgmma's M; fewer heads are padded):
+//   warp group 0 (producer): gathers each tile's 64 rows from global memory (16-byte loads of the
+//     next tile are in flight while it waits for a free stage), decodes E2M1 x E4M3 scale and the
+//     E4M3 rope to fp16 in registers and stores them in a 128-byte-swizzled shared tile;
+//   warp groups 1, 2 (consumers): S = Q K^T over 576 dims, 32 of the tile's rows each (wgmma,
+//     both operands in shared memory), exchange row maxima, online softmax, P to shared memory,
+//     then O[:, 256 w : 256 w + 256] += P V with the same tile read MN-major as V. P V of tile k
+//     runs while the next tile's Q K^T is issued; a stage is handed back once its P V is done.
+// Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "decode_sm90.h"
+
+namespace {
+
+constexpr int kHeads = 64;                        // heads per CTA: wgmma's M
+constexpr int kTile = 64;                         // cached rows per tile
+constexpr int kRowBytes = 352;                    // NVFP4 row: 256 B E2M1, 64 B rope, 32 B scales
+constexpr int kDimBlocks = 9;                     // 576 dims in blocks of 64 (one 128-byte row)
+constexpr int kBlockBytes = 64 * 128;             // one 64-dim block of 64 rows, fp16
+constexpr int kTileBytes = kDimBlocks * kBlockBytes;
+constexpr int kOffQ = 0;
+constexpr int kOffKV = kOffQ + kTileBytes;        // two stages
+constexpr int kOffP = kOffKV + 2 * kTileBytes;    // P [64 heads, 64 rows] fp16
+constexpr int kOffRed = kOffP + kBlockBytes;      // float [2][64]: row maxima, then row sums
+constexpr int kOffValid = kOffRed + 2 * 64 * 4;   // uint8 [2][64]: row valid, per stage
+constexpr int kOffBar = kOffValid + 2 * 64;       // mbarriers: full[2], empty[2]
+constexpr int kSmem = kOffBar + 4 * 8 + 1024;     // + slack to align the base to 1024
+constexpr int kProducerRegs = 88;
+constexpr int kConsumerRegs = 208;  // setmaxnreg moves registers within the launch's
+// 168 x 384: 128 x 88 + 256 x 208 = 64512 (asking for more than that pool waits forever)
+constexpr float kInf = __builtin_huge_valf();
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 128-byte swizzle: the 16-byte chunk `c` of row `r` of a 64-dim block (rows of 128 bytes,
+// 1024-byte aligned atoms of 8 rows), as wgmma's SWIZZLE_128B layouts expect it.
+__device__ __forceinline__ uint32_t swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+// wgmma shared-memory descriptor: 128-byte swizzle, leading / stride byte offsets.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred ok;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 ok, [%0], %1;\n"
+      "@!ok bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// Generic-proxy shared stores become visible to wgmma (the async proxy) after this + a barrier.
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void consumer_sync() {  // the 256 consumer threads only
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+// No register fences around the waits: ptxas tracks wgmma's accumulators itself (it adds a wait
+// before any early read, C7517), while empty asm on them made it serialize every wgmma (C7514).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// S[64, 32] (+)= Q[64, 16] K[32, 16]^T: both K-major.
+__device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      :
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+      "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// O[64, 256] += P[64, 16] V[16, 256]: A (P) K-major, B (V) MN-major (the tile's own layout).
+__device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      :
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+      "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+      "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+      "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+      "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+      "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+      "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+      "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+      "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+      "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+      "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+      "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+      "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ uint4 ld_nc(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void st_smem(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void st_smem(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v));
+}
+// Two E4M3 bytes (low byte -> low half) to two fp16.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t b16) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(static_cast<uint16_t>(b16)));
+  return d;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 4 packed bytes (8 E2M1 values, dims 2i / 2i+1 in the low / high nibble of byte i) -> 8 fp16
+// in dim order, times `scale2` (the block scale times 2**6, in both halves). A nibble
+// `s e1 e0 m` becomes the E4M3 byte `s 0 0 e1 e0 m 0 0`, which is its value times 2**-6 exactly.
+__device__ __forceinline__ uint4 decode8(uint32_t x, uint32_t scale2) {
+  const uint32_t lo = ((x << 2) & 0x1C1C1C1Cu) | ((x << 4) & 0x80808080u);
+  const uint32_t hi = ((x >> 2) & 0x1C1C1C1Cu) | (x & 0x80808080u);
+  const uint32_t p0 = __byte_perm(lo, hi, 0x5140);  // lo0 hi0 lo1 hi1: dims 0..3
+  const uint32_t p1 = __byte_perm(lo, hi, 0x7362);  // dims 4..7
+  return make_uint4(hmul2(e4m3x2_to_f16x2(p0), scale2), hmul2(e4m3x2_to_f16x2(p0 >> 16), scale2),
+                    hmul2(e4m3x2_to_f16x2(p1), scale2), hmul2(e4m3x2_to_f16x2(p1 >> 16), scale2));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Producer thread (r, h) holds 16-byte chunks 2i + h (i < 11) of row r: latent chunks (32 values
+// each) for i < 8, rope chunks (16 E4M3) for i = 8, 9, and half h of the 32 scale bytes at i = 10.
+// Pairs of lanes read whole 32-byte sectors. Writes the row's 576 fp16 into the swizzled tile.
+__device__ __forceinline__ void decode_row(const uint4 (&buf)[11], uint32_t tile, int r, int h) {
+  uint4 other;
+  other.x = __shfl_xor_sync(0xffffffffu, buf[10].x, 1);
+  other.y = __shfl_xor_sync(0xffffffffu, buf[10].y, 1);
+  other.z = __shfl_xor_sync(0xffffffffu, buf[10].z, 1);
+  other.w = __shfl_xor_sync(0xffffffffu, buf[10].w, 1);
+  const uint4 sc_lo = h ? other : buf[10];  // scale bytes 0..15
+  const uint4 sc_hi = h ? buf[10] : other;  // 16..31
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    // latent chunk c = 2i + h: dims 32c..32c+31, scale bytes 2c (first 16) and 2c + 1
+    const uint32_t sw = word(i < 4 ? sc_lo : sc_hi, i & 3);
+    const uint32_t s2 = hmul2(e4m3x2_to_f16x2(h ? sw >> 16 : sw), 0x54005400u);  // x 2**6
+    const uint32_t sa = __byte_perm(s2, 0, 0x1010), sb = __byte_perm(s2, 0, 0x3232);
+    const uint32_t block = tile + i * kBlockBytes;  // dims 64i..64i+63
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      st_smem(block + swz(r, 4 * h + q), decode8(word(buf[i], q), q < 2 ? sa : sb));
+  }
+#pragma unroll
+  for (int i = 8; i < 10; ++i) {  // rope chunk pc = 2 (i - 8) + h: dims 512 + 16 pc ..
+    const int pc = 2 * (i - 8) + h;
+    const uint32_t block = tile + 8 * kBlockBytes;
+    const uint4 v = buf[i];
+    st_smem(block + swz(r, 2 * pc), make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16),
+                                              e4m3x2_to_f16x2(v.y), e4m3x2_to_f16x2(v.y >> 16)));
+    st_smem(block + swz(r, 2 * pc + 1),
+            make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w),
+                       e4m3x2_to_f16x2(v.w >> 16)));
+  }
+}
+
+__device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1, int ntiles) {
+  const int tid = threadIdx.x, r = tid >> 1, h = tid & 1;
+  const uint32_t base = smem_u32(smem);
+  const int32_t* idx = p.idx + b * p.stride_ib;
+  uint4 buf[11];
+  bool valid = false;
+  auto fetch = [&](int k) {
+    const int t = t0 + k * kTile + r;
+    const int slot = t < t1 ? __ldg(idx + t) : -1;
+    valid = slot >= 0;
+    const uint4* src =
+        reinterpret_cast<const uint4*>(p.cache + static_cast<int64_t>(slot) * kRowBytes) + h;
+    if (valid) {
+#pragma unroll
+      for (int i = 0; i < 11; ++i) buf[i] = ld_nc(src + 2 * i);
+    } else {  // padding reads nothing and decodes to zeros (P is 0 there; 0 x NaN would not be)
+#pragma unroll
+      for (int i = 0; i < 11; ++i) buf[i] = make_uint4(0, 0, 0, 0);
+    }
+  };
+  fetch(0);
+  for (int k = 0; k < ntiles; ++k) {
+    const int st = k & 1;
+    mbar_wait(base + kOffBar + (2 + st) * 8, ((k >> 1) & 1) ^ 1);  // stage free
+    decode_row(buf, base + kOffKV + st * kTileBytes, r, h);
+    if (h == 0) smem[kOffValid + st * 64 + r] = valid;
+    fence_async_smem();
+    mbar_arrive(base + kOffBar + st * 8);
+    if (k + 1 < ntiles) fetch(k + 1);  // in flight while the next stage drains
+  }
+}
+
+__device__ __forceinline__ void issue_qk(float (&s)[16], uint32_t q, uint32_t k) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 36; ++kk) {  // 576 dims, 16 a step: 4 steps per 128-byte row
+    const uint32_t off = (kk >> 2) * kBlockBytes + (kk & 3) * 32;
+    wgmma_qk(s, desc(q + off, 16, 1024), desc(k + off, 16, 1024), kk > 0);
+  }
+  wgmma_commit();
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Q [64, 576] bf16 -> fp16 in shared memory, times a power of two that brings max|q| under 2**14
+// (exact for bf16 values within 2**24 of the largest); returns the score scale that undoes it.
+__device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int ct) {
+  float* red = reinterpret_cast<float*>(smem + kOffRed);
+  const uint16_t* qb = p.q + b * p.stride_qb;
+  uint4 qv[18];
+  float qmax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 18; ++i) {  // 64 rows x 72 chunks of 8 values, 256 threads
+    const int id = ct + 256 * i, row = id / 72, cc = id % 72;
+    qv[i] = h0 + row < p.heads
+                ? __ldg(reinterpret_cast<const uint4*>(qb + (h0 + row) * p.stride_qh) + cc)
+                : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t x = word(qv[i], j);
+      qmax = fmaxf(qmax, fmaxf(fabsf(__uint_as_float(x << 16)),
+                               fabsf(__uint_as_float(x & 0xFFFF0000u))));
+    }
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, d));
+  if ((ct & 31) == 0) red[ct >> 5] = qmax;
+  consumer_sync();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) qmax = fmaxf(qmax, red[i]);
+  int e;
+  frexpf(qmax, &e);  // qmax < 2**e
+  const float up = ldexpf(1.f, 14 - e);
+  const uint32_t q_addr = smem_u32(smem + kOffQ);
+#pragma unroll
+  for (int i = 0; i < 18; ++i) {
+    const int id = ct + 256 * i, row = id / 72, cc = id % 72;
+    uint32_t v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t x = word(qv[i], j);
+      v[j] = pack_half2(__uint_as_float(x << 16) * up, __uint_as_float(x & 0xFFFF0000u) * up);
+    }
+    st_smem(q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7), make_uint4(v[0], v[1], v[2], v[3]));
+  }
+  fence_async_smem();
+  consumer_sync();  // Q complete; red free again
+  return p.qk_scale / up;
+}
+
+__device__ void consumer(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
+                         int ntiles) {
+  const int ct = threadIdx.x - 128;  // 0..255
+  const int w = ct >> 7;             // consumer warp group: rows 32w.. of each tile, dims 256w..
+  const int lane = ct & 31, c4 = lane & 3;
+  const int r0 = 16 * ((ct >> 5) & 3) + (lane >> 2), r1 = r0 + 8;  // this thread's two heads
+  const int h0 = hb * kHeads;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t q_addr = base + kOffQ, p_addr = base + kOffP, kv_addr = base + kOffKV;
+  const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
+  float* red = reinterpret_cast<float*>(smem + kOffRed);
+  const float qk = load_q(p, smem, b, h0, ct);
+
+  // Accumulator fragments (wgmma m64nN): register 4j + e holds row r0, column 8j + 2 c4 + e;
+  // 4j + 2 + e the same column of row r1.
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float s[16];
+  float m0 = -kInf, m1 = -kInf, l0 = 0.f, l1 = 0.f;  // running max (log2 units), partial sums
+
+  mbar_wait(full, 0);
+  issue_qk(s, q_addr, kv_addr + w * 32 * 128);
+  wgmma_wait<0>();
+  for (int k = 0; k < ntiles; ++k) {
+    const int st = k & 1;
+    const uint8_t* vf = smem + kOffValid + st * 64 + 32 * w + 2 * c4;
+    float mx0 = -kInf, mx1 = -kInf;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = vf[8 * j + e];
+        s[4 * j + e] = ok ? s[4 * j + e] * qk : -kInf;
+        s[4 * j + 2 + e] = ok ? s[4 * j + 2 + e] * qk : -kInf;
+        mx0 = fmaxf(mx0, s[4 * j + e]);
+        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < 4; d <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+    }
+    if (c4 == 0) {
+      red[64 * w + r0] = mx0;
+      red[64 * w + r1] = mx1;
+    }
+    consumer_sync();  // both halves' maxima; both groups' P V of the last tile done: P is free
+    const float n0 = fmaxf(m0, fmaxf(mx0, red[64 * (1 - w) + r0]));
+    const float n1 = fmaxf(m1, fmaxf(mx1, red[64 * (1 - w) + r1]));
+    const float u0 = n0 == -kInf ? 0.f : n0, u1 = n1 == -kInf ? 0.f : n1;  // no -inf - -inf
+    const float a0 = fast_exp2(m0 - u0), a1 = fast_exp2(m1 - u1);
+    m0 = n0;
+    m1 = n1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      s[i] = fast_exp2(s[i] - ((i & 2) ? u1 : u0));
+      if (i & 2) ps1 += s[i]; else ps0 += s[i];
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // P [64 heads, 64 rows], this group's 32 columns
+      st_smem(p_addr + swz(r0, 4 * w + j) + 4 * c4, pack_half2(s[4 * j], s[4 * j + 1]));
+      st_smem(p_addr + swz(r1, 4 * w + j) + 4 * c4, pack_half2(s[4 * j + 2], s[4 * j + 3]));
+    }
+    fence_async_smem();
+    consumer_sync();  // P complete (and every read of red above done)
+
+    const uint32_t v_addr = kv_addr + st * kTileBytes + 4 * w * kBlockBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)  // 16 rows a step; V's 256 dims are 4 blocks LBO apart
+      wgmma_pv(o, desc(p_addr + 32 * kt, 16, 1024),
+               desc(v_addr + kt * 16 * 128, kBlockBytes, 1024));
+    wgmma_commit();
+    if (k + 1 < ntiles) {  // the next tile's Q K^T queues behind this P V
+      mbar_wait(full + 8 * (st ^ 1), ((k + 1) >> 1) & 1);
+      issue_qk(s, q_addr, kv_addr + (st ^ 1) * kTileBytes + w * 32 * 128);
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    if (lane == 0) mbar_arrive(empty + 8 * st);  // this stage's P V is done
+    if (k + 1 < ntiles) wgmma_wait<0>();
+  }
+
+  // Row sums: over the quad, then over the two groups (red is free: its last reads preceded
+  // the last barrier above).
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, d);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, d);
+  }
+  if (c4 == 0) {
+    red[64 * w + r0] = l0;
+    red[64 * w + r1] = l1;
+  }
+  consumer_sync();
+  const float lt[2] = {l0 + red[64 * (1 - w) + r0], l1 + red[64 * (1 - w) + r1]};
+  const float mt[2] = {m0, m1};
+  const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = h0 + (half ? r1 : r0);
+    if (head >= p.heads) continue;
+    const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
+    const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
+    if (p.nsplit == 1) {  // final output
+      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = v;
+      }
+      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
+    } else {  // this split's normalized partial and its log2-sum-exp
+      float* dst = p.opart + (part + head) * 512 + 256 * w + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+      if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // swizzle atoms
+  const int hb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
+  const int ntiles = (t1 - t0 + kTile - 1) / kTile;  // >= 1: the host makes no empty split
+  const uint32_t bar = smem_u32(smem + kOffBar);
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 128);  // full[2]: every producer thread arrives
+    mbar_init(bar + 8, 128);
+    mbar_init(bar + 16, 8);  // empty[2]: every consumer warp
+    mbar_init(bar + 24, 8);
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    producer(p, smem, b, t0, t1, ntiles);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    consumer(p, smem, b, split, hb, ntiles);
+  }
+#else
+  __trap();  // built for sm_90a only (wgmma, setmaxnreg)
+#endif
+}
+
+}  // namespace
+
+int sparse_mla_decode_sm90_smem() { return kSmem; }
+
+cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid((p.heads + kHeads - 1) / kHeads, p.nsplit, p.batch);
+  decode_kernel<<<grid, 384, kSmem, stream>>>(p);
+  return cudaGetLastError();
+}

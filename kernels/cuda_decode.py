@@ -1,0 +1,89 @@
+"""NVFP4 sparse MLA decode in CUDA C++ for Hopper (sm_90a): FlashMLA's structure, where Triton
+stops (kernels/NOTES.md).
+
+`kernels/csrc/decode_sm90.cu` is warp-specialized: a producer warp group gathers each tile's top-k
+rows and decodes them to fp16 in registers while two consumer warp groups run wgmma on the
+previous tile (scores split by rows between them, the output by dims). Same interface, reference
+and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are merged by that
+module's combine kernel. Built on first use by `torch.utils.cpp_extension.load` (needs nvcc and an
+sm_90 GPU); the Triton kernel stays the portable path.
+"""
+
+import functools
+import math
+import os
+from pathlib import Path
+
+import torch
+import triton
+
+from kernels.kv_formats import KV_DIM, LATENT_DIM, ROW_BYTES, KVFormat
+from kernels.sparse_decode import _combine_kernel
+
+HEADS_PER_CTA = 64  # wgmma's M: fewer heads are padded
+TILE = 64  # cached rows per pipeline stage; splits are whole tiles
+
+
+@functools.cache
+def _ext():
+    """Compiles (or loads the cached build of) the extension, for sm_90a only: wgmma and
+    setmaxnreg do not exist in plain sm_90, so no other target is built."""
+    from torch.utils.cpp_extension import load
+
+    src = Path(__file__).parent / "csrc"
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
+    try:
+        return load(
+            name="rollfleet_sparse_mla_sm90",
+            sources=[str(src / "binding.cpp"), str(src / "decode_sm90.cu")],
+            extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo", "-Xptxas=-v"],
+            verbose=bool(os.environ.get("ROLLFLEET_CUDA_VERBOSE")),
+        )
+    finally:
+        if saved is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+def split_plan(bsz: int, num_heads: int, topk: int, num_splits: int, sms: int) -> tuple[int, int]:
+    """(splits, rows per split): about one CTA per SM unless `num_splits` says otherwise; every
+    split is whole tiles and none is empty."""
+    tiles = triton.cdiv(topk, TILE)
+    ctas = bsz * triton.cdiv(num_heads, HEADS_PER_CTA)
+    nsplit = min(tiles, num_splits or max(1, round(sms / ctas)))
+    split_len = triton.cdiv(tiles, nsplit) * TILE
+    return triton.cdiv(topk, split_len), split_len
+
+
+def sparse_mla_decode_cuda(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    num_splits: int = 0,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, H, 576] bf16, cache [blocks, block_size, 352] NVFP4 rows, indices [B, topk] int32
+    flat slots (-1 = padding) -> (out [B, H, 512] bf16, lse [B, H] fp32, natural log)."""
+    assert cache.shape[-1] == ROW_BYTES[KVFormat.NVFP4] and q.shape[-1] == KV_DIM
+    bsz, num_heads, _ = q.shape
+    topk = indices.shape[1]
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    nsplit, split_len = split_plan(bsz, num_heads, topk, num_splits, sms)
+    if out is None:
+        out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty(bsz, num_heads, dtype=torch.float32, device=q.device)
+    shape = (0,) if nsplit == 1 else (bsz, nsplit, num_heads)
+    opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
+    lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
+    qk_scale = sm_scale * math.log2(math.e)
+    _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit)
+    if nsplit > 1:
+        _combine_kernel[(bsz, num_heads)](
+            opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),
+            BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip
+    return out, lse
