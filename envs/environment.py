@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envs.sandbox import SandboxFailure, SandboxPolicy
 from envs.scoring import Score, score_changes
-from envs.suites import load_suite
+from envs.suites import SUITES, load_suite
 from envs.task import EnvError, Task
 from envs.tools import ToolBox, ToolResult, tool_schemas
 from envs.workspace import Workspace
@@ -26,7 +26,7 @@ class SandboxError(EnvError):
 @dataclass(frozen=True)
 class EnvConfig:
     name: str = "mini_swe"
-    suite: str = "mini"  # mini | stdlib | swebench | verifiers
+    suite: str = field(default="mini", metadata={"choices": SUITES})
     # The suite's data; null: its built-in tasks. verifiers: package.module:Class or a vf-eval id.
     tasks_path: str | None = None
     taskset: dict = field(default_factory=dict)  # verifiers: the taskset's own config fields
@@ -36,10 +36,10 @@ class EnvConfig:
     tool_timeout_s: float = 30.0
     score_timeout_s: float = 120.0
     max_output_chars: int = 4000
-    max_command_chars: int = 400
-    max_file_chars: int = 4000
+    max_command_chars: int = 200
+    max_file_chars: int = 500
     scratch_dir: str | None = None  # where session folders live; null: the system temp folder
-    on_bad_task: str = "skip"  # skip | fail
+    on_bad_task: str = field(default="skip", metadata={"choices": ("skip", "fail")})
     sandbox: dict = field(default_factory=dict)  # SandboxPolicy fields
 
 

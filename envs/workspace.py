@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
-import hashlib
 import os
 import shutil
 import signal
@@ -26,21 +24,79 @@ class CommandResult:
     timed_out: bool
 
 
+class ChangesError(OSError):
+    """git could not record or replay a session's changes."""
+
+
 @dataclass(frozen=True)
 class Changes:
-    """What a session did to its repository: new full text (or None: deleted) per file."""
+    """What a session did to its repository, as `git diff --binary` from the starting tree:
+    `git apply` on a fresh copy of the task reproduces the final repository, byte for byte,
+    whatever the files are (binary, non-UTF-8, odd names, modes, deletions)."""
 
-    files: dict[str, str | None]
-    diff: str  # unified diff, for people and corpora
+    diff: str
 
     def apply(self, root: Path) -> None:
-        for rel, text in self.files.items():
-            target = root / rel
-            if text is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
+        if not self.diff:
+            return
+        # The ceiling keeps git from treating an enclosing checkout as the repository.
+        env = {**_GIT_ENV, "GIT_CEILING_DIRECTORIES": str(root.parent)}
+        proc = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", "-"],
+                              cwd=root, input=self.diff.encode(), env=env, capture_output=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise ChangesError(f"git apply failed: {proc.stderr.decode(errors='replace')[:500]}")
+
+
+# git as a tool, never as the user's: no system or global config, no pager, no locale surprises.
+_GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
+# Every file counts (--force: a .gitignore the agent writes hides nothing), except the caches
+# a test run leaves behind.
+_GIT_ADD = ("add", "--all", "--force", "--", ".", ":(exclude,glob)**/__pycache__/**",
+            ":(exclude,glob)**/*.pyc")
+
+
+class RepoHistory:
+    """The starting tree of a workspace in a git repository kept OUTSIDE it (the agent cannot
+    see or rewrite it); `diff()` records everything changed since."""
+
+    def __init__(self, git_dir: Path, work_tree: Path) -> None:
+        self.git_dir, self.work_tree = git_dir, work_tree
+        self._git("init", "-q")
+        self.start = self._tree()
+
+    def _git(self, *args: str) -> bytes:
+        # safe.directory: the work tree belongs to the sandbox user, git runs as the host's
+        proc = subprocess.run(["git", "-c", "safe.directory=*", "-c", "core.quotepath=true",
+                               "-c", "core.autocrlf=false", f"--git-dir={self.git_dir}",
+                               f"--work-tree={self.work_tree}", *args],
+                              env=_GIT_ENV, capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise ChangesError(f"git {args[0]} failed: "
+                               f"{proc.stderr.decode(errors='replace')[:500]}")
+        return proc.stdout
+
+    def _tree(self) -> str:
+        self._git(*_GIT_ADD)
+        return self._git("write-tree").decode().strip()
+
+    def diff(self) -> Changes:
+        """The diff as text; if some changed text is not UTF-8 (a record holds text), every
+        file's change is written as a binary patch instead (ASCII, still exact)."""
+        end = self._tree()
+        args = ("diff", "--binary", "--full-index", "--no-renames", "--no-color",
+                "--no-ext-diff", self.start, end)
+        raw = self._git(*args)
+        try:
+            return Changes(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            attributes = self.git_dir / "info" / "attributes"
+            attributes.write_text("* binary\n")
+            try:
+                return Changes(self._git(*args).decode("ascii"))
+            finally:
+                attributes.unlink()
 
 
 class Workspace:
@@ -60,26 +116,15 @@ class Workspace:
         self.path.mkdir()
         try:
             populate(self.path)
+            self.history = RepoHistory(self.home / "git", self.path)
         except BaseException:
             self.close()
             raise
-        self.start = _snapshot(self.path)
         give_to_sandbox(self.path, self.policy)
 
-    def changes(self, max_diff_chars: int = 20000) -> Changes:
-        """Files changed, added or removed since the workspace was populated."""
-        now = _snapshot(self.path)
-        files: dict[str, str | None] = {}
-        diff: list[str] = []
-        for rel in sorted(set(self.start) | set(now)):
-            if self.start.get(rel, (None,))[0] == now.get(rel, (None,))[0]:
-                continue
-            new = now[rel][1] if rel in now else None
-            files[rel] = new
-            old = self.start[rel][1] if rel in self.start else ""
-            diff += difflib.unified_diff(old.splitlines(True), (new or "").splitlines(True),
-                                         f"a/{rel}", f"b/{rel}")
-        return Changes(files, truncate("".join(diff), max_diff_chars))
+    def changes(self) -> Changes:
+        """Everything changed, added or removed since the workspace was populated."""
+        return self.history.diff()
 
     def resolve(self, rel: str) -> Path:
         """A path inside the workspace; refuses anything that escapes it."""
@@ -133,21 +178,6 @@ class Workspace:
 
     def close(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
-
-
-def _snapshot(root: Path) -> dict[str, tuple[str, str]]:
-    """Relative path -> (sha256, text) of every text file; caches and binaries are skipped."""
-    snap = {}
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or path.is_symlink() or "__pycache__" in path.parts:
-            continue
-        data = path.read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        snap[str(path.relative_to(root))] = (hashlib.sha256(data).hexdigest(), text)
-    return snap
 
 
 def _children(pid: int) -> list[int]:

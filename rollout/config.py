@@ -1,13 +1,26 @@
-"""Hydra config groups -> the typed settings each component takes, with one-line errors."""
+"""Hydra config groups -> the typed settings each component takes, with one-line errors.
+
+Each group's schema is the dataclass of the component that uses it (registered with Hydra's
+ConfigStore as `<group>/schema`): its defaults live there and only there, the YAML files in
+`conf/` set what differs, and Hydra rejects unknown keys and wrong types as it composes. Values
+with a fixed set of choices (`field(metadata={"choices": ...})`) are checked by `typed`, which
+the job runs on every group before anything starts.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+
+from envs import EnvConfig
+from rollout.model_client import CONSTRAINTS
+from rollout.tracking import LoggerConfig
+from serving import ModelConfig, ServingConfig
 
 T = TypeVar("T")
 
@@ -20,25 +33,45 @@ class ConfigError(ValueError):
 class RolloutConfig:
     samples_per_task: int = 2
     max_turns: int = 4
-    max_tokens_per_turn: int = 256
-    max_total_tokens: int = 1024
+    max_tokens_per_turn: int = 6144  # must hold the worst-case tool call (never cut in half)
+    max_total_tokens: int = 16384  # completion tokens over a whole session
     temperature: float = 1.0
     top_p: float = 1.0
-    tool_choice: str = "required"
+    tool_choice: str = "required"  # auto | required | none | <tool name>
     parallel_tool_calls: bool = False
-    tool_constraint: str = "project"  # project | stock
-    workers: int = 2
-    sessions_per_worker: int = 4
+    # project: rollfleet's GLM grammar + parser, token-in; stock: the server's, message-in
+    tool_constraint: str = field(default="project", metadata={"choices": CONSTRAINTS})
+    workers: int = 2  # RolloutWorker actors
+    sessions_per_worker: int = 4  # concurrent sessions per actor
     worker_num_cpus: float = 0.25
-    max_retries: int = 3
-    retry_backoff_s: float = 10.0
+    max_retries: int = 3  # attempts after an infra error
+    retry_backoff_s: float = 10.0  # attempt n waits retry_backoff_s * 2^(n-1) (10, 20, 40 s)
 
 
 @dataclass(frozen=True)
 class OutputConfig:
     root: str = "runs"
-    dir: str = "runs/rollout"
-    shard_size: int = 64
+    dir: str = "runs/rollout"  # conf/output/default.yaml: <root>/<run_name>/<time>
+    shard_size: int = 64  # records per compacted parquet shard
+
+
+SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env": EnvConfig,
+                            "rollout": RolloutConfig, "output": OutputConfig,
+                            "logger": LoggerConfig}
+
+
+def register_schemas() -> None:
+    """Every config group's schema, as `<group>/schema` for the YAML files' defaults lists."""
+    store = ConfigStore.instance()
+    for group, cls in SCHEMAS.items():
+        node = OmegaConf.structured(cls)
+        OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the config is not
+        store.store(group=group, name="schema", node=node)
+
+
+def validate(cfg: DictConfig) -> dict[str, Any]:
+    """Every group as its typed settings: a bad value is a ConfigError before anything runs."""
+    return {group: typed(cls, cfg[group], group) for group, cls in SCHEMAS.items()}
 
 
 def typed(cls: type[T], node: Any, group: str) -> T:
@@ -52,6 +85,9 @@ def typed(cls: type[T], node: Any, group: str) -> T:
         raise ConfigError(f"unknown key(s) {unknown} in config group {group!r}; "
                           f"known keys: {sorted(known)}")
     for name, value in values.items():
+        choices = known[name].metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{group}.{name} must be one of {list(choices)}, got {value!r}")
         kind = known[name].type
         if kind in ("int", "float") and (not isinstance(value, int | float)
                                          or isinstance(value, bool)):

@@ -1,12 +1,16 @@
-"""The rollout record: one schema that RL, evals and corpora all read.
+"""The rollout record: one schema that RL, evals and corpora all read, built in one place.
 
-Token ids and logprobs are stored per turn exactly as the server returned them. When every turn's
-prompt extends the previous prompt + completion (the chat template is prefix-stable), the record
-also carries the whole conversation as one sequence with a loss mask, ready for a trainer.
+Token ids and logprobs are stored per turn exactly as the server returned them. A session is
+token-in/token-out, so every turn's prompt extends the previous prompt + completion; the record
+then also carries the whole session as one sequence with a loss mask, ready for a trainer. A
+turn whose prompt does not extend the sequence is a prefix break, recorded with where and why.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from datasets import Features, List, Value
@@ -16,21 +20,27 @@ from serving import ISSUE_KINDS
 TOOL_CALL = {
     "id": Value("string"),
     "name": Value("string"),
-    "arguments": Value("string"),
-    "valid": Value("bool"),  # well-formed: a known tool, arguments match its schema
+    "arguments": Value("string"),  # JSON object, as read from the sampled tokens
+    "valid": Value("bool"),  # well-formed (a known tool, arguments match its schema) and run
     "error": Value("string"),
     "failed": Value("bool"),  # well-formed, but the tool itself failed
-    "issues": List(Value("string")),  # malformed, unknown_tool, missing_argument, ...
+    "issues": List(Value("string")),  # malformed, unknown_tool, invalid_utf8, ...
     "output": Value("string"),
 }
 
 TURN = {
     "index": Value("int32"),
-    "prompt_token_ids": List(Value("int32")),
+    "prompt_token_ids": List(Value("int32")),  # the prompt the server ran, as it reported it
     "completion_token_ids": List(Value("int32")),
     "completion_logprobs": List(Value("float32")),
+    "logprobs_mode": Value("string"),  # raw | processed (README: Logprobs)
+    "temperature": Value("float32"),
+    "top_p": Value("float32"),
+    "max_tokens": Value("int32"),
+    "seed": Value("int64"),
     "finish_reason": Value("string"),
     "content": Value("string"),
+    "reasoning": Value("string"),
     "tool_calls": List(TOOL_CALL),
     "constraint": Value("string"),  # the grammar the turn was sampled under
     "issues": List(Value("string")),  # turn-level: cut_off, subtoken_markup
@@ -40,7 +50,6 @@ TURN = {
     "cached_tokens": Value("int32"),
     "engine_id": Value("string"),  # the engine that decoded the turn
     "prefill_engine_id": Value("string"),  # disaggregated serving: the engine that prefilled it
-    "seed": Value("int64"),
     "latency_s": Value("float32"),
     "tool_s": Value("float32"),
 }
@@ -48,8 +57,23 @@ TURN = {
 MESSAGE = {
     "role": Value("string"),
     "content": Value("string"),
-    "tool_calls": Value("string"),  # JSON list, as sent back to the server
+    "tool_calls": Value("string"),  # JSON list, OpenAI shape
     "tool_call_id": Value("string"),
+}
+
+PREFIX_BREAK = {
+    "turn": Value("int32"),
+    "position": Value("int32"),  # first token of the turn's prompt that differs
+    "reason": Value("string"),
+}
+
+PROVENANCE = {
+    "model": Value("string"),
+    "model_path": Value("string"),  # the model folder (tokenizer, chat template, config)
+    "config_hash": Value("string"),
+    "seed": Value("int64"),
+    "versions": Value("string"),  # JSON object of package versions
+    "created_at": Value("string"),
 }
 
 FEATURES = Features({
@@ -68,7 +92,7 @@ FEATURES = Features({
         "tests_failed": Value("int32"),
         "output": Value("string"),
     },
-    "final_diff": Value("string"),  # what the session changed, as a unified diff
+    "final_diff": Value("string"),  # `git diff --binary` from the starting tree: `git apply`s
     "messages": List(MESSAGE),
     "turns": List(TURN),
     "num_turns": Value("int32"),
@@ -79,6 +103,7 @@ FEATURES = Features({
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),
     "prefix_consistent": Value("bool"),
+    "prefix_breaks": List(PREFIX_BREAK),
     "token_ids": List(Value("int32")),
     "loss_mask": List(Value("int8")),
     "logprobs": List(Value("float32")),
@@ -88,33 +113,202 @@ FEATURES = Features({
         "tool_s": Value("float32"),
         "score_s": Value("float32"),
     },
-    "provenance": {
-        "model": Value("string"),
-        "model_path": Value("string"),
-        "config_hash": Value("string"),
-        "seed": Value("int64"),
-        "versions": Value("string"),  # JSON object of package versions
-        "created_at": Value("string"),
-    },
+    "provenance": PROVENANCE,
 })
 
 
-def flatten_turns(turns: list[dict[str, Any]]) -> tuple[bool, list[int], list[int], list[float]]:
-    """Join turns into one sequence if each prompt extends the previous prompt + completion.
+@dataclass(frozen=True)
+class Job:
+    """One rollout to run: a (task, sample) key and which attempt this is."""
 
-    Returns (consistent, token_ids, loss_mask, logprobs); prompt positions get mask 0 and
-    logprob 0.0, sampled positions mask 1 and the server's logprob. An inconsistent history
-    (a re-rendered prompt that differs from what was sampled) returns empty sequences.
-    """
+    task_id: str
+    sample_index: int
+    attempt: int = 0
+
+    @property
+    def rollout_id(self) -> str:
+        return f"{self.task_id}/{self.sample_index}"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where every record of a run comes from; `created_at` is stamped per record."""
+
+    run_id: str
+    model: str
+    model_path: str
+    config_hash: str
+    seed: int
+    versions: str
+
+    def stamp(self) -> dict[str, Any]:
+        return {"model": self.model, "model_path": self.model_path,
+                "config_hash": self.config_hash, "seed": self.seed, "versions": self.versions,
+                "created_at": datetime.now(UTC).isoformat()}
+
+
+@dataclass
+class ToolCallRecord:
+    id: str
+    name: str
+    arguments: str
+    valid: bool
+    error: str
+    failed: bool
+    issues: list[str]
+    output: str
+
+
+@dataclass
+class TurnRecord:
+    index: int
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    logprobs_mode: str
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    finish_reason: str
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCallRecord]
+    constraint: str
+    issues: list[str]
+    dropped_calls: int
+    cached_tokens: int
+    engine_id: str
+    prefill_engine_id: str
+    latency_s: float
+    tool_s: float
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.completion_token_ids)
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self) | {"prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens}
+
+
+@dataclass(frozen=True)
+class PrefixBreak:
+    turn: int
+    position: int
+    reason: str
+
+
+@dataclass
+class Outcome:
+    """How a session ended and what it scored (None: never scored, e.g. an infra error)."""
+
+    status: str
+    stop_reason: str
+    error: str = ""
+    reward: float | None = None
+    tests_total: int = 0
+    tests_failed: int = 0
+    test_output: str = ""
+    final_diff: str = ""
+
+
+@dataclass
+class Timings:
+    wall_s: float = 0.0
+    model_s: float = 0.0
+    tool_s: float = 0.0
+    score_s: float = 0.0
+
+
+@dataclass
+class SessionTrace:
+    """What a session did, turn by turn; `build_record` turns it into the record."""
+
+    turns: list[TurnRecord] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    breaks: list[PrefixBreak] = field(default_factory=list)
+
+
+def build_record(job: Job, provenance: Provenance, outcome: Outcome,
+                 trace: SessionTrace | None = None,
+                 timings: Timings | None = None) -> dict[str, Any]:
+    """The one builder of a record row: every field of FEATURES, nothing else."""
+    trace = trace or SessionTrace()
+    turns = trace.turns
+    calls = [c for t in turns for c in t.tool_calls]
+    consistent = bool(turns) and not trace.breaks
+    tokens, mask, logprobs = join_turns(turns) if consistent else ([], [], [])
+    scored = outcome.reward is not None
+    return {
+        "rollout_id": job.rollout_id, "run_id": provenance.run_id, "task_id": job.task_id,
+        "group_id": job.task_id, "sample_index": job.sample_index, "attempt": job.attempt,
+        "status": outcome.status, "stop_reason": outcome.stop_reason, "error": outcome.error,
+        "reward": outcome.reward,
+        "reward_info": {"tests_total": outcome.tests_total, "tests_failed": outcome.tests_failed,
+                        "output": outcome.test_output} if scored else None,
+        "final_diff": outcome.final_diff,
+        "messages": [_message_row(m) for m in trace.messages],
+        "turns": [t.row() for t in turns],
+        "num_turns": len(turns), "num_tool_calls": len(calls),
+        "num_invalid_tool_calls": sum(not c.valid for c in calls),
+        "tool_call_issues": _issue_counts(turns),
+        "prompt_tokens": sum(t.prompt_tokens for t in turns),
+        "completion_tokens": sum(t.completion_tokens for t in turns),
+        "cached_tokens": sum(t.cached_tokens for t in turns),
+        "prefix_consistent": consistent, "prefix_breaks": [asdict(b) for b in trace.breaks],
+        "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
+        "timings": asdict(timings or Timings()), "provenance": provenance.stamp(),
+    }
+
+
+def error_record(job: Job, provenance: Provenance, error: str) -> dict[str, Any]:
+    """A rollout that never produced a session record (its actor died): an infra error."""
+    return build_record(job, provenance, Outcome("infra_error", "error", error))
+
+
+def prefix_break(sequence: list[int], prompt: list[int]) -> int | None:
+    """Where `prompt` stops extending `sequence` (the previous prompt + completion); None if
+    it extends it."""
+    if prompt[:len(sequence)] == sequence:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(sequence, prompt, strict=False)) if a != b),
+                min(len(sequence), len(prompt)))
+
+
+def join_turns(turns: list[TurnRecord]) -> tuple[list[int], list[int], list[float]]:
+    """Turns whose prompts extend each other as one sequence: (token_ids, loss_mask, logprobs).
+    Prompt positions get mask 0 and logprob 0.0, sampled positions mask 1 and their logprob."""
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
     for turn in turns:
-        prompt, completion = turn["prompt_token_ids"], turn["completion_token_ids"]
-        if not prompt or prompt[: len(tokens)] != tokens:
-            return False, [], [], []
-        new = prompt[len(tokens):]
-        tokens += new + completion
-        mask += [0] * len(new) + [1] * len(completion)
-        logprobs += [0.0] * len(new) + list(turn["completion_logprobs"])
-    return bool(turns), tokens, mask, logprobs
+        new = turn.prompt_token_ids[len(tokens):]
+        tokens += new + turn.completion_token_ids
+        mask += [0] * len(new) + [1] * len(turn.completion_token_ids)
+        logprobs += [0.0] * len(new) + list(turn.completion_logprobs)
+    return tokens, mask, logprobs
+
+
+def _message_row(msg: dict[str, Any]) -> dict[str, Any]:
+    return {"role": msg["role"], "content": msg.get("content") or "",
+            "tool_calls": json.dumps(msg["tool_calls"]) if msg.get("tool_calls") else "",
+            "tool_call_id": msg.get("tool_call_id", "")}
+
+
+def _issue_counts(turns: list[TurnRecord]) -> dict[str, int]:
+    """Per rollout: calls with each kind of problem, calls the parser dropped, tools that failed."""
+    counts = dict.fromkeys(ISSUE_KINDS, 0) | {"dropped": 0, "failed": 0}
+    for turn in turns:
+        counts["dropped"] += turn.dropped_calls
+        for kind in turn.issues:
+            counts[kind] += 1
+        for call in turn.tool_calls:
+            counts["failed"] += call.failed
+            for kind in call.issues:
+                counts[kind] += 1
+    return counts

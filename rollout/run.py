@@ -1,8 +1,8 @@
 """The rollout job: `python -m rollout.run +experiment=swe_rl [overrides]`.
 
-Starts the serving cluster, fans sessions out to Ray actors, writes every record as it lands,
-and prints a summary. Every process it starts is stopped on every way out (success, error,
-Ctrl-C, SIGTERM).
+Starts the serving cluster, fans sessions out to Ray actors, writes every record to disk as it
+lands, and prints a summary. Every process it starts is stopped on every way out (success,
+error, Ctrl-C, SIGTERM); SIGTERM ends the job with one line and exit code 143.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import platform
 import signal
 import sys
 import time
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,23 +26,24 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from envs import EnvConfig, EnvError, load
+from envs import EnvError, load
 from rollout.config import (
     ConfigError,
-    OutputConfig,
-    RolloutConfig,
     config_hash,
     project_root,
-    typed,
+    register_schemas,
+    validate,
 )
 from rollout.model_client import ModelClient, SamplingConfig
+from rollout.record import Job, Provenance
 from rollout.scheduler import Scheduler
-from rollout.session import Job, SessionLimits
+from rollout.session import SessionLimits
 from rollout.sink import RecordSink
 from rollout.summary import print_summary, summarize
-from rollout.tracking import LoggerConfig, RunLogger
+from rollout.tracking import RunLogger
+from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving import Cluster, ModelConfig, ServingConfig, ServingError, prefix_hits
+from serving import Cluster, ServingError, prefix_hits
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError)
@@ -61,18 +61,19 @@ def _versions() -> str:
     return json.dumps(found, sort_keys=True)
 
 
+class Terminated(BaseException):
+    """SIGTERM: unwinds like Ctrl-C, so every `finally` stops what it started."""
+
+
 def _terminate(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated()
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    model = typed(ModelConfig, cfg.model, "model")
-    serving = typed(ServingConfig, cfg.serving, "serving")
-    env_cfg = typed(EnvConfig, cfg.env, "env")
-    rollout = typed(RolloutConfig, cfg.rollout, "rollout")
-    output = typed(OutputConfig, cfg.output, "output")
-    logger_cfg = typed(LoggerConfig, cfg.logger, "logger")
+    groups = validate(cfg)
+    model, serving, env_cfg = groups["model"], groups["serving"], groups["env"]
+    rollout, output, logger_cfg = groups["rollout"], groups["output"], groups["logger"]
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
 
     env = load(env_cfg)  # validates every task before anything starts
@@ -82,19 +83,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             if f"{t}/{i}" not in done]
     if done:
         log.info("resuming %s: %d rollouts already recorded", run_dir, len(done))
-    provenance = {"model": model.name, "model_path": model.path or "embedded:tiny-glm",
-                  "config_hash": config_hash(cfg), "seed": int(cfg.seed),
-                  "versions": _versions()}
     tracker = RunLogger(logger_cfg, run_dir, f"{cfg.run_name}-{run_dir.name}",
                         OmegaConf.to_container(cfg, resolve=True))
-    records: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
     engine_cache: dict[str, Any] = {}
     start = time.perf_counter()
     try:
         with Cluster(serving, model, run_dir, cache_dir) as endpoint:
-            if model.path is None:
-                provenance["model_path"] = f"embedded:{endpoint.model}"
+            provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
+                                    config_hash(cfg), int(cfg.seed), _versions())
             sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
                                       rollout.parallel_tool_calls, rollout.tool_constraint)
             try:
@@ -112,19 +109,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                        rollout.max_total_tokens)
                 scheduler = Scheduler(
                     lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits,
-                                              int(cfg.seed), run_dir.name),
+                                              int(cfg.seed), provenance),
                     rollout.workers, rollout.workers * rollout.sessions_per_worker,
-                    rollout.max_retries, rollout.retry_backoff_s)
+                    rollout.max_retries, provenance, rollout.retry_backoff_s)
                 with _progress() as progress:
                     bar = progress.add_task("sessions", total=len(jobs))
 
                     def on_record(record: dict[str, Any]) -> None:
-                        record["run_id"] = run_dir.name
-                        record["provenance"] = {
-                            **provenance, "created_at": datetime.now(UTC).isoformat()}
-                        sink.write(record)
+                        sink.write(record)  # on disk before it counts as done
                         tracker.log_record(record)
-                        records.append(record)
                         progress.advance(bar)
 
                     scheduler.run(jobs, on_record)
@@ -132,14 +125,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             finally:
                 ray.shutdown()
         dataset = sink.finalize()
-        summary = summarize(records, time.perf_counter() - start) | engine_cache
-        summary["dataset"] = str(sink.dataset_dir)
-        summary["dataset_rows"] = len(dataset)
+        trainer = save_trainer_view(dataset, run_dir / "trainer")
+        summary = summarize(dataset.to_list(), time.perf_counter() - start) | engine_cache
+        summary.update(rollouts_this_run=len(jobs), dataset=str(sink.dataset_dir),
+                       dataset_rows=len(dataset), trainer_rows=len(trainer))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         print_summary(summary)
         return summary
     finally:
-        sink.flush()  # whatever finished before an error or a signal stays on disk
         tracker.finish(summary)
 
 
@@ -171,10 +164,16 @@ def main(cfg: DictConfig) -> None:
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Terminated:
+        out = HydraConfig.get().runtime.output_dir
+        print(f"error: stopped by SIGTERM; finished rollouts are on disk in {out} "
+              f"(rerun with output.dir={out} to resume)", file=sys.stderr)
+        sys.exit(143)
 
 
 def _check_overrides(argv: list[str]) -> None:
-    """Compose the config once before Hydra runs, so a bad experiment or key is one line."""
+    """Compose and validate the config once before Hydra runs, so a bad experiment, key or
+    value is one line (exit 2) and nothing has started."""
     if any(arg.startswith("-") for arg in argv):  # Hydra's own flags: leave those to Hydra
         return
     from hydra import compose, initialize_config_dir
@@ -183,14 +182,19 @@ def _check_overrides(argv: list[str]) -> None:
 
     try:
         with initialize_config_dir(str(project_root() / "conf"), version_base="1.3"):
-            compose("config", overrides=argv)
+            validate(compose("config", overrides=argv))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except (HydraException, OmegaConfBaseException) as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()
+        text = f"{exc}\n{exc.__cause__}" if exc.__cause__ else str(exc)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()
                  and not ln.strip().startswith(("Config search path", "provider="))]
         print(f"error: {' '.join(lines)}", file=sys.stderr)
         sys.exit(2)
 
 
 if __name__ == "__main__":
+    register_schemas()
     _check_overrides(sys.argv[1:])
     main()

@@ -11,7 +11,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from rollout.session import Job
+from rollout.record import Job, Provenance, error_record
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,9 @@ class Scheduler:
     """
 
     def __init__(self, make_worker: Callable[[], Any], num_workers: int, window: int,
-                 max_retries: int, backoff_s: float = 0.0) -> None:
+                 max_retries: int, provenance: Provenance, backoff_s: float = 0.0) -> None:
         self.make_worker = make_worker
+        self.provenance = provenance
         self.workers = [make_worker() for _ in range(num_workers)]
         self.window = window
         self.max_retries = max_retries
@@ -73,11 +74,5 @@ class Scheduler:
             log.warning("worker %d failed on %s: %s", w, job.rollout_id, exc)
             if self.workers[w] is worker:
                 self.workers[w] = self.make_worker()
-            return infra_error_record(job, f"worker failed: {type(exc).__name__}: {exc}")
-
-
-def infra_error_record(job: Job, error: str) -> dict[str, Any]:
-    return {"rollout_id": job.rollout_id, "task_id": job.task_id, "group_id": job.task_id,
-            "sample_index": job.sample_index, "attempt": job.attempt, "status": "infra_error",
-            "stop_reason": "error", "error": error, "messages": [], "turns": [],
-            "num_turns": 0, "num_tool_calls": 0, "num_invalid_tool_calls": 0}
+            return error_record(job, self.provenance,
+                                f"worker failed: {type(exc).__name__}: {exc}")

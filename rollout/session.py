@@ -1,48 +1,49 @@
 """One agent session: model turn -> tool calls -> observations, until it ends; then a record.
 
-Control flow by exceptions: each way a session can end is an exception the loop raises, and the
-one place that catches them turns it into a status and stop reason.
+The conversation is token-in/token-out: the session keeps the prompt as token ids, and each next
+prompt is the last one + the sampled ids + the rendered new messages (tool results, a nudge).
+`messages` are kept for people only. Control flow by exceptions: each way a session can end is an
+exception the loop raises, and the one place that catches them turns it into a status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from envs import Environment, SandboxError
-from rollout.model_client import (
-    CallBudgetExhausted,
-    Completion,
-    ContextFull,
-    InfraError,
-    ModelClient,
+from rollout.model_client import CallBudgetExhausted, Completion, ModelClient
+from rollout.record import (
+    Job,
+    Outcome,
+    PrefixBreak,
+    Provenance,
+    SessionTrace,
+    Timings,
+    ToolCallRecord,
+    TurnRecord,
+    build_record,
+    prefix_break,
 )
-from rollout.record import flatten_turns
-from serving import ISSUE_KINDS
+from serving import PromptTooLong, ServerUnavailable
 
+log = logging.getLogger(__name__)
 NO_CALL_NUDGE = "No valid tool call was found in your reply. Reply with exactly one tool call."
+
+
+class InfraError(RuntimeError):
+    """The serving side or the sandbox failed: the rollout is retried, never scored."""
 
 
 @dataclass(frozen=True)
 class SessionLimits:
-    max_turns: int = 4
-    max_tokens_per_turn: int = 256
-    max_total_tokens: int = 4096  # completion tokens over the whole session
-
-
-@dataclass(frozen=True)
-class Job:
-    task_id: str
-    sample_index: int
-    attempt: int = 0
-
-    @property
-    def rollout_id(self) -> str:
-        return f"{self.task_id}/{self.sample_index}"
+    max_turns: int
+    max_tokens_per_turn: int
+    max_total_tokens: int  # completion tokens over the whole session
 
 
 class SessionEnd(Exception):
@@ -74,22 +75,20 @@ def request_seed(base: int, job: Job, turn: int) -> int:
 
 class Session:
     def __init__(self, job: Job, env: Environment, client: ModelClient, limits: SessionLimits,
-                 seed: int, run_id: str) -> None:
+                 seed: int, provenance: Provenance) -> None:
         self.job, self.env, self.client, self.limits = job, env, client, limits
-        self.seed, self.run_id = seed, run_id
-        self.session_id = f"{run_id}:{job.rollout_id}:{job.attempt}"  # the router's key
-        self.messages: list[dict[str, Any]] = env.prompt(env.tasks[job.task_id])
-        self.turns: list[dict[str, Any]] = []
-        self.model_s = self.tool_s = 0.0
+        self.seed, self.provenance = seed, provenance
+        self.session_id = f"{provenance.run_id}:{job.rollout_id}:{job.attempt}"  # router's key
+        self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]))
+        self.prompt_ids = client.first_prompt(self.trace.messages, env.tools)
+        self.timings = Timings()
 
     async def run(self) -> dict[str, Any]:
         start = time.perf_counter()
-        status, stop_reason, error = "ok", "", ""
         try:
             episode = await asyncio.to_thread(self.env.episode, self.job.task_id)
         except SandboxError as exc:
-            return self._record("infra_error", "error", str(exc), None,
-                                time.perf_counter() - start, 0.0)
+            return self._record(Outcome("infra_error", "error", str(exc)), start)
         try:
             try:
                 while True:
@@ -98,119 +97,119 @@ class Session:
                 status, stop_reason = end.status, end.stop_reason
             score_start = time.perf_counter()
             score = await asyncio.to_thread(episode.score)
-            score_s = time.perf_counter() - score_start
+            self.timings.score_s = time.perf_counter() - score_start
             if score.infra_error:
                 raise InfraError(score.infra_error)
+            outcome = Outcome(status, stop_reason, "", score.reward, score.tests_total,
+                              score.tests_failed, score.output, score.diff)
         except InfraError as exc:
             # The rollout layer retries these; they never count as a reward of 0.
-            status, stop_reason, error, score, score_s = "infra_error", "error", str(exc), None, 0.0
+            outcome = Outcome("infra_error", "error", str(exc))
         finally:
             await asyncio.to_thread(episode.close)
+            await self._release()
+        return self._record(outcome, start)
+
+    async def _release(self) -> None:
+        try:
             await self.client.release(self.session_id)
-        return self._record(status, stop_reason, error, score, time.perf_counter() - start,
-                            score_s)
+        except ServerUnavailable as exc:  # the binding then expires after the router's TTL
+            log.warning("session %s: release failed: %s", self.session_id, exc)
 
     async def _turn(self, episode) -> None:
-        n = len(self.turns)
+        turns = self.trace.turns
+        n = len(turns)
         if n >= self.limits.max_turns:
             raise TurnLimit()
-        used = sum(t["completion_tokens"] for t in self.turns)
+        used = sum(t.completion_tokens for t in turns)
         budget = min(self.limits.max_tokens_per_turn, self.limits.max_total_tokens - used)
+        short: type[SessionEnd] = TokenLimit  # what ends the session if no call fits
+        room = self.client.endpoint.max_model_len - len(self.prompt_ids)
+        if self.client.token_in and room < budget:  # the context window is the tighter bound
+            budget, short = room, ContextLimit
         if budget <= 0:
-            raise TokenLimit()
+            raise short()
         seed = request_seed(self.seed, self.job, n)
         try:
-            done = await self.client.complete(self.messages, self.env.tools, budget, seed,
-                                              session_id=self.session_id)
-        except ContextFull:
+            done = await self.client.complete(self.prompt_ids, self.trace.messages,
+                                              self.env.tools, budget, seed, self.session_id)
+        except PromptTooLong:
             raise ContextLimit() from None
         except CallBudgetExhausted:  # a call that could not finish is never started
-            raise TokenLimit() from None
-        self.model_s += done.latency_s
-        self.messages.append(done.assistant_message())
-        calls, submitted, tool_s = await self._run_tools(episode, done)
-        self.tool_s += tool_s
-        self.turns.append(self._turn_record(n, done, calls, seed, tool_s))
+            raise short() from None
+        except ServerUnavailable as exc:
+            raise InfraError(str(exc)) from None
+        self.timings.model_s += done.generation.latency_s
+        self._check_prefix(n, done)
+        history = [*self.trace.messages, done.assistant_message()]
+        calls, new, submitted, tool_s = await self._run_tools(episode, done)
+        self.timings.tool_s += tool_s
+        turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode))
+        self.prompt_ids = self.client.next_prompt(self.prompt_ids, done, history, new,
+                                                  self.env.tools)
+        self.trace.messages = history + new
         if submitted:
             raise Submitted()
 
-    async def _run_tools(self, episode, done: Completion) -> tuple[list[dict], bool, float]:
+    def _check_prefix(self, n: int, done: Completion) -> None:
+        """The prompt the server ran must extend the previous prompt + completion."""
+        ran = done.generation.prompt_token_ids
+        if not ran:
+            self.trace.breaks.append(PrefixBreak(n, 0, "the server reported no prompt ids"))
+        elif self.client.token_in and ran != self.prompt_ids:
+            at = prefix_break(self.prompt_ids, ran)
+            self.trace.breaks.append(PrefixBreak(
+                n, min(len(ran), len(self.prompt_ids)) if at is None else at,
+                "the server ran a prompt other than the token ids sent"))
+        elif n > 0:
+            last = self.trace.turns[-1]
+            at = prefix_break(last.prompt_token_ids + last.completion_token_ids, ran)
+            if at is not None:
+                self.trace.breaks.append(PrefixBreak(n, at, (
+                    "the prompt does not extend the last turn" if self.client.token_in else
+                    "the server rendered the prompt from messages (tool_constraint=stock)")))
+
+    async def _run_tools(self, episode, done: Completion
+                         ) -> tuple[list[ToolCallRecord], list[dict], bool, float]:
+        """Run each call exactly as sampled; a call with any issue is not run, and the model is
+        told why."""
         start = time.perf_counter()
-        calls, submitted = [], False
-        for call, issues in zip(done.tool_calls, done.call_issues or [[]] * len(done.tool_calls),
-                                strict=True):
-            fn = call["function"]
-            try:
-                result = await asyncio.to_thread(episode.call, fn["name"], fn["arguments"])
-            except SandboxError as exc:
-                raise InfraError(str(exc)) from None
-            calls.append({"id": call["id"], "name": fn["name"], "arguments": fn["arguments"],
-                          "valid": result.error is None, "error": result.error or "",
-                          "failed": result.failed, "issues": issues, "output": result.output})
-            self.messages.append({"role": "tool", "tool_call_id": call["id"],
-                                  "content": result.output})
-            submitted = submitted or result.submitted
-        if not done.tool_calls:
-            self.messages.append({"role": "user", "content": NO_CALL_NUDGE})
-        return calls, submitted, time.perf_counter() - start
+        calls, new, submitted = [], [], False
+        for call in done.calls:
+            if call.issues:
+                output = (f"error: the tool call could not be read as sampled "
+                          f"({', '.join(call.issues)}); it was not run")
+                calls.append(ToolCallRecord(call.id, call.name, call.arguments, False, output,
+                                            False, call.issues, output))
+            else:
+                try:
+                    result = await asyncio.to_thread(episode.call, call.name, call.arguments)
+                except SandboxError as exc:
+                    raise InfraError(str(exc)) from None
+                output = result.output
+                calls.append(ToolCallRecord(call.id, call.name, call.arguments,
+                                            result.error is None, result.error or "",
+                                            result.failed, [], output))
+                submitted = submitted or result.submitted
+            new.append({"role": "tool", "tool_call_id": call.id, "content": output})
+        if not done.calls:
+            new.append({"role": "user", "content": NO_CALL_NUDGE})
+        return calls, new, submitted, time.perf_counter() - start
 
-    def _turn_record(self, n: int, done: Completion, calls: list[dict], seed: int,
-                     tool_s: float) -> dict[str, Any]:
-        return {
-            "index": n, "prompt_token_ids": done.prompt_token_ids,
-            "completion_token_ids": done.completion_token_ids,
-            "completion_logprobs": done.completion_logprobs,
-            "finish_reason": done.finish_reason, "content": done.content, "tool_calls": calls,
-            "constraint": done.constraint, "issues": done.turn_issues,
-            "dropped_calls": done.dropped_calls, "prompt_tokens": done.prompt_tokens,
-            "completion_tokens": done.completion_tokens, "cached_tokens": done.cached_tokens,
-            "engine_id": done.engine_id, "prefill_engine_id": done.prefill_engine_id,
-            "seed": seed, "latency_s": done.latency_s,
-            "tool_s": tool_s,
-        }
-
-    def _record(self, status: str, stop_reason: str, error: str, score, wall_s: float,
-                score_s: float) -> dict[str, Any]:
-        consistent, tokens, mask, logprobs = flatten_turns(self.turns)
-        calls = [c for t in self.turns for c in t["tool_calls"]]
-        return {
-            "rollout_id": self.job.rollout_id, "run_id": self.run_id,
-            "task_id": self.job.task_id, "group_id": self.job.task_id,
-            "sample_index": self.job.sample_index, "attempt": self.job.attempt,
-            "status": status, "stop_reason": stop_reason, "error": error,
-            "reward": score.reward if score else None,
-            "reward_info": {"tests_total": score.tests_total, "tests_failed": score.tests_failed,
-                            "output": score.output} if score else None,
-            "final_diff": score.diff if score else "",
-            "messages": [_message_row(m) for m in self.messages],
-            "turns": self.turns, "num_turns": len(self.turns), "num_tool_calls": len(calls),
-            "num_invalid_tool_calls": sum(not c["valid"] for c in calls),
-            "tool_call_issues": _issue_counts(self.turns),
-            "prompt_tokens": sum(t["prompt_tokens"] for t in self.turns),
-            "completion_tokens": sum(t["completion_tokens"] for t in self.turns),
-            "cached_tokens": sum(t["cached_tokens"] for t in self.turns),
-            "prefix_consistent": consistent, "token_ids": tokens, "loss_mask": mask,
-            "logprobs": logprobs,
-            "timings": {"wall_s": wall_s, "model_s": self.model_s, "tool_s": self.tool_s,
-                        "score_s": score_s},
-        }
+    def _record(self, outcome: Outcome, start: float) -> dict[str, Any]:
+        self.timings.wall_s = time.perf_counter() - start
+        return build_record(self.job, self.provenance, outcome, self.trace, self.timings)
 
 
-def _message_row(msg: dict[str, Any]) -> dict[str, Any]:
-    return {"role": msg["role"], "content": msg.get("content") or "",
-            "tool_calls": json.dumps(msg["tool_calls"]) if msg.get("tool_calls") else "",
-            "tool_call_id": msg.get("tool_call_id", "")}
-
-
-def _issue_counts(turns: list[dict[str, Any]]) -> dict[str, int]:
-    """Per rollout: calls with each kind of problem, calls the parser dropped, tools that failed."""
-    counts = dict.fromkeys(ISSUE_KINDS, 0) | {"dropped": 0, "failed": 0}
-    for turn in turns:
-        counts["dropped"] += turn["dropped_calls"]
-        for kind in turn["issues"]:
-            counts[kind] += 1
-        for call in turn["tool_calls"]:
-            counts["failed"] += call["failed"]
-            for kind in call["issues"]:
-                counts[kind] += 1
-    return counts
+def _turn_record(n: int, done: Completion, calls: list[ToolCallRecord], tool_s: float,
+                 logprobs_mode: str) -> TurnRecord:
+    gen, s = done.generation, done.sampling
+    return TurnRecord(
+        index=n, prompt_token_ids=gen.prompt_token_ids, completion_token_ids=gen.token_ids,
+        completion_logprobs=gen.logprobs, logprobs_mode=logprobs_mode,
+        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed,
+        finish_reason=gen.finish_reason, content=done.content, reasoning=done.reasoning,
+        tool_calls=calls, constraint=done.constraint, issues=done.turn_issues,
+        dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
+        engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
+        latency_s=gen.latency_s, tool_s=tool_s)

@@ -1,7 +1,10 @@
-"""Records to disk: parquet shards written atomically as rollouts finish, one dataset at the end.
+"""Records to disk as they land: durable one by one, compacted at the end, resumable.
 
-A run killed midway keeps every shard already written; a rerun with the same output folder
-skips the rollouts those shards hold (their rollout ids are the resume keys).
+Each finished rollout is written as its own small parquet file (to a temporary name, fsynced,
+renamed, the folder fsynced) before `write` returns, so a run killed at any moment, even by
+SIGKILL, keeps every rollout it reported done. `finalize` compacts those files into shards and
+saves the whole run as one Hugging Face dataset. A rerun with the same output folder skips the
+rollouts already on disk (their rollout ids are the resume keys).
 """
 
 from __future__ import annotations
@@ -18,23 +21,34 @@ from datasets import Dataset, concatenate_datasets
 from rollout.record import FEATURES
 
 
+class SchemaError(ValueError):
+    """A record whose keys are not exactly the schema's: written, it would lose data silently."""
+
+
 class RecordSink:
     def __init__(self, run_dir: Path, shard_size: int = 64) -> None:
         self.data_dir = run_dir / "data"
         self.dataset_dir = run_dir / "dataset"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.shard_size = shard_size
-        self.buffer: list[dict[str, Any]] = []
         self.schema = FEATURES.arrow_schema
+        self.next_part = 1 + max((_index(p) for p in self.parts()), default=-1)
 
     def shards(self) -> list[Path]:
         return sorted(self.data_dir.glob("shard-*.parquet"))
 
+    def parts(self) -> list[Path]:
+        return sorted(self.data_dir.glob("part-*.parquet"))
+
+    def files(self) -> list[Path]:
+        """Everything on disk, oldest first (compacted shards, then single records)."""
+        return self.shards() + self.parts()
+
     def done_ids(self) -> set[str]:
         """Rollout ids already on disk with a final status (infra errors are retried)."""
         done: set[str] = set()
-        for shard in self.shards():
-            table = pq.read_table(shard, columns=["rollout_id", "status"])
+        for path in self.files():
+            table = pq.read_table(path, columns=["rollout_id", "status"])
             for rid, status in zip(table["rollout_id"].to_pylist(),
                                    table["status"].to_pylist(), strict=True):
                 if status != "infra_error":
@@ -42,34 +56,61 @@ class RecordSink:
         return done
 
     def write(self, record: dict[str, Any]) -> None:
-        self.buffer.append(FEATURES.encode_example({k: record.get(k) for k in FEATURES}))
-        if len(self.buffer) >= self.shard_size:
-            self.flush()
+        """Durably on disk when this returns."""
+        extra, missing = set(record) - set(FEATURES), set(FEATURES) - set(record)
+        if extra or missing:
+            raise SchemaError(f"record {record.get('rollout_id')!r} does not match the schema: "
+                              f"unknown keys {sorted(extra)}, missing keys {sorted(missing)}")
+        row = FEATURES.encode_example(record)
+        path = self.data_dir / f"part-{self.next_part:08d}.parquet"
+        self.next_part += 1
+        _write_durably(pa.Table.from_pylist([row], schema=self.schema), path)
 
-    def flush(self) -> None:
-        if not self.buffer:
-            return
-        index = len(self.shards())
-        path = self.data_dir / f"shard-{index:05d}.parquet"
-        tmp = path.with_suffix(".tmp")
-        table = pa.Table.from_pylist(self.buffer, schema=self.schema)
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-        self.buffer = []
+    def compact(self) -> None:
+        """Single-record files -> shards of `shard_size` rows; each part is removed only once
+        the shard holding it is on disk."""
+        parts = self.parts()
+        index = 1 + max((_index(p) for p in self.shards()), default=-1)
+        for start in range(0, len(parts), self.shard_size):
+            group = parts[start:start + self.shard_size]
+            table = pa.concat_tables([pq.read_table(p, schema=self.schema) for p in group])
+            _write_durably(table, self.data_dir / f"shard-{index:05d}.parquet")
+            index += 1
+            for p in group:
+                p.unlink()
 
     def finalize(self) -> Dataset:
-        """Flush, then save every shard as one Hugging Face dataset (`load_from_disk`)."""
-        self.flush()
+        """Compact, then save the latest record of every rollout as one dataset."""
+        self.compact()
         parts = [Dataset.from_parquet(str(s), features=FEATURES, keep_in_memory=True)
-                 for s in self.shards()]
+                 for s in self.files()]
         ds = concatenate_datasets(parts) if parts else Dataset.from_list([], features=FEATURES)
         ds = _latest_per_rollout(ds)
         tmp = self.dataset_dir.with_name(self.dataset_dir.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
         ds.save_to_disk(str(tmp))
         if self.dataset_dir.exists():
             shutil.rmtree(self.dataset_dir)
         os.replace(tmp, self.dataset_dir)
         return ds
+
+
+def _index(path: Path) -> int:
+    return int(path.stem.split("-", 1)[1])
+
+
+def _write_durably(table: pa.Table, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _latest_per_rollout(ds: Dataset) -> Dataset:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
 @dataclass(frozen=True)
 class LoggerConfig:
-    backend: str = "wandb"  # wandb | none
-    mode: str = "offline"  # online | offline | disabled
+    backend: str = field(default="wandb", metadata={"choices": ("wandb", "none")})
+    mode: str = field(default="offline", metadata={"choices": ("online", "offline", "disabled")})
     project: str = "rollfleet"
     entity: str | None = None
     tags: list[str] | None = None

@@ -9,23 +9,24 @@ import ray
 
 from envs import EnvConfig, load
 from rollout.model_client import ModelClient, SamplingConfig
-from rollout.session import Job, Session, SessionLimits
+from rollout.record import Job, Provenance
+from rollout.session import Session, SessionLimits
 from serving import Endpoint
 
 
 class RolloutWorker:
-    """Holds one environment and one model client; `run(job)` returns a record (no provenance)."""
+    """Holds one environment and one model client; `run(job)` returns the job's record."""
 
     def __init__(self, env_cfg: EnvConfig, endpoint: Endpoint, sampling: SamplingConfig,
-                 limits: SessionLimits, seed: int, run_id: str) -> None:
+                 limits: SessionLimits, seed: int, provenance: Provenance) -> None:
         logging.basicConfig(level=logging.WARNING)
         self.env = load(env_cfg)
         self.client = ModelClient(endpoint, sampling)
-        self.limits, self.seed, self.run_id = limits, seed, run_id
+        self.limits, self.seed, self.provenance = limits, seed, provenance
 
     async def run(self, job: Job) -> dict[str, Any]:
         return await Session(job, self.env, self.client, self.limits, self.seed,
-                             self.run_id).run()
+                             self.provenance).run()
 
 
 def remote_worker(concurrency: int, num_cpus: float):

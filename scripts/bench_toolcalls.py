@@ -34,13 +34,12 @@ NAMED = "bash"
 
 def turn_valid(done, tools, choice: str) -> bool:
     """At least one call, every call valid, and the named tool when one was named."""
-    if not done.tool_calls or done.turn_issues or done.dropped_calls:
+    if not done.calls or done.turn_issues or done.dropped_calls:
         return False
-    for call, issues in zip(done.tool_calls, done.call_issues, strict=True):
-        fn = call["function"]
-        if issues or check_call(fn["name"], fn["arguments"], tools):
+    for call in done.calls:
+        if call.issues or check_call(call.name, call.arguments, tools):
             return False
-        if choice != "required" and fn["name"] != choice:
+        if choice != "required" and call.name != choice:
             return False
     return True
 
@@ -52,8 +51,8 @@ async def run_variant(client: ModelClient, messages, tools, n: int, max_tokens: 
 
     async def one(i: int) -> None:
         async with sem:
-            done = await client.complete(messages, tools, max_tokens, seed=i,
-                                         session_id=f"bench-{i}")
+            done = await client.complete(client.first_prompt(messages, tools), messages, tools,
+                                         max_tokens, seed=i, session_id=f"bench-{i}")
             results.append(done)
 
     start = time.perf_counter()
@@ -61,12 +60,13 @@ async def run_variant(client: ModelClient, messages, tools, n: int, max_tokens: 
     wall = time.perf_counter() - start
     choice = client.sampling.tool_choice
     valid = sum(turn_valid(d, tools, choice) for d in results)
-    issues = Counter(k for d in results for call in d.call_issues for k in call)
+    issues = Counter(k for d in results for call in d.calls for k in call.issues)
     issues.update(k for d in results for k in d.turn_issues)
     return {"turns": n, "valid": valid, "valid_rate": valid / n,
-            "finish": dict(Counter(d.finish_reason for d in results)),
+            "finish": dict(Counter(d.generation.finish_reason for d in results)),
             "dropped_calls": sum(d.dropped_calls for d in results),
-            "issues": dict(issues), "completion_tokens": sum(d.completion_tokens for d in results),
+            "issues": dict(issues),
+            "completion_tokens": sum(len(d.generation.token_ids) for d in results),
             "wall_s": round(wall, 2)}
 
 

@@ -1,10 +1,19 @@
 """Serving: engines, the front door, routing, KV tiers and model folders. Knows nothing of tasks."""
 
+from serving.chat import ChatRenderer, TemplateError, chat_renderer
 from serving.cluster import Cluster, resolve_model_dir
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
+from serving.frontdoor import (
+    FRONT_DOORS,
+    FrontDoor,
+    Generation,
+    PromptTooLong,
+    Sampling,
+    ServerUnavailable,
+    open_front_door,
+)
 from serving.metrics import prefix_hits
-from serving.token_bytes import TokenBytes
 from serving.toolcall import (
     ISSUE_KINDS,
     MARKUP_TOKENS,
@@ -17,7 +26,9 @@ from serving.toolcall import (
 )
 
 __all__ = [
-    "ISSUE_KINDS", "MARKUP_TOKENS", "CallTooLong", "Cluster", "Endpoint", "ModelConfig",
-    "ParsedTurn", "ServingConfig", "ServingError", "TokenBytes", "ToolCallGrammar", "build_grammar",
-    "check_call", "parse_glm", "prefix_hits", "resolve_model_dir",
+    "FRONT_DOORS", "ISSUE_KINDS", "LOGPROBS_MODES", "MARKUP_TOKENS", "CallTooLong",
+    "ChatRenderer", "Cluster", "Endpoint", "FrontDoor", "Generation", "ModelConfig", "ParsedTurn",
+    "PromptTooLong", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
+    "TemplateError", "ToolCallGrammar", "build_grammar", "chat_renderer", "check_call",
+    "open_front_door", "parse_glm", "prefix_hits", "resolve_model_dir",
 ]

@@ -8,13 +8,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 from tokenizers import Tokenizer
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import MODES, ModelConfig, ServingConfig, ServingError
 from serving.dynamo.frontend import DynamoFrontend
 from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
@@ -25,7 +24,6 @@ from serving.toolcall import SPECIAL_TOKENS
 from serving.vllm_engine import VllmEngine
 
 log = logging.getLogger(__name__)
-MODES = ("embedded", "kv_routed", "disagg", "external")
 
 
 def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
@@ -41,42 +39,21 @@ def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
     return path
 
 
-def _single_tokens(encode: Callable[[str], list[int] | None]) -> dict[str, int]:
-    """Each tool-call markup string that `encode` makes into exactly one token -> that token.
-
-    Markup that is not one token (or cannot be encoded) is left out: the project's tool-call
-    grammar then refuses to build, with the missing markup named.
-    """
-    ids: dict[str, int] = {}
-    for text in SPECIAL_TOKENS:
-        tokens = encode(text)
-        if tokens and len(tokens) == 1:
-            ids[text] = tokens[0]
-    return ids
-
-
-def markup_token_ids(root_url: str, model: str,
-                     headers: dict[str, str] | None = None) -> dict[str, int]:
-    """The markup's token ids as the server's /tokenize reports them."""
-
-    def encode(text: str) -> list[int] | None:
-        try:
-            resp = httpx.post(f"{root_url}/tokenize", headers=headers, timeout=10.0,
-                              json={"model": model, "prompt": text, "add_special_tokens": False})
-            return resp.json().get("tokens") if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
-
-    return _single_tokens(encode)
-
-
 def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
-    """The same lookup from the model folder's tokenizer, for front doors without /tokenize."""
+    """Each tool-call markup string that the model's tokenizer makes into exactly one token ->
+    that token. Markup that is not one token is left out: the project's tool-call grammar then
+    refuses to build, with the missing markup named."""
     path = model_dir / "tokenizer.json"
     if not path.is_file():
-        return {}
+        raise ServingError(f"model folder {model_dir} has no tokenizer.json: token-in sessions "
+                           "render prompts with the model's own tokenizer")
     tok = Tokenizer.from_file(str(path))
-    return _single_tokens(lambda text: tok.encode(text, add_special_tokens=False).ids)
+    ids: dict[str, int] = {}
+    for text in SPECIAL_TOKENS:
+        tokens = tok.encode(text, add_special_tokens=False).ids
+        if len(tokens) == 1:
+            ids[text] = tokens[0]
+    return ids
 
 
 def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
@@ -129,9 +106,9 @@ class Cluster:
         self.stop()
 
     def _start(self) -> Endpoint:
-        if self.serving.mode == "external":
-            return self._external()
         model_dir = resolve_model_dir(self.model, self.cache_dir)
+        if self.serving.mode == "external":
+            return self._external(model_dir)
         if self.serving.mode in ("kv_routed", "disagg"):
             return self._dynamo(model_dir)
         engine = VllmEngine("0", model_dir, self.model, self.serving, self.run_dir,
@@ -140,14 +117,18 @@ class Cluster:
         log.info("starting vLLM engine %s on %s (model %s)", engine.engine_id, engine.base_url,
                  model_dir)
         engine.start()
-        return Endpoint(
-            markup_token_ids=markup_token_ids(engine.base_url, self.model.name),
-            base_url=f"{engine.base_url}/v1", model=self.model.name,
-            token_ids="vllm", enable_thinking=self.model.enable_thinking,
-            request_timeout_s=self.serving.request_timeout_s,
-            engine_ids=(engine.engine_id,),
-            metrics_urls={engine.engine_id: f"{engine.base_url}/metrics"},
-        )
+        return self._endpoint(model_dir, f"{engine.base_url}/v1", "vllm",
+                              engine_ids=(engine.engine_id,),
+                              metrics_urls={engine.engine_id: f"{engine.base_url}/metrics"})
+
+    def _endpoint(self, model_dir: Path, base_url: str, front_door: str, **facts) -> Endpoint:
+        return Endpoint(base_url=base_url, model=self.model.name, model_dir=str(model_dir),
+                        front_door=front_door, api_key=self.serving.api_key,
+                        enable_thinking=self.model.enable_thinking,
+                        max_model_len=self.model.max_model_len,
+                        request_timeout_s=self.serving.request_timeout_s,
+                        logprobs_mode=self.serving.logprobs,
+                        markup_token_ids=tokenizer_markup_ids(model_dir), **facts)
 
     def _dynamo(self, model_dir: Path) -> Endpoint:
         """Control plane, then the workers (in parallel), then the frontend(s); warm up."""
@@ -192,15 +173,10 @@ class Cluster:
             self.watchdog.start()
         metrics = {w.name: w.metrics_url for w in self.workers}
         metrics["router"] = f"{front.base_url}/metrics"
-        self.endpoint = Endpoint(
-            base_url=f"{front.base_url}/v1", model=self.model.name, token_ids="dynamo",
-            enable_thinking=self.model.enable_thinking,
-            request_timeout_s=cfg.request_timeout_s,
-            engine_ids=tuple(w.name for w in self.workers),
-            markup_token_ids=tokenizer_markup_ids(model_dir), metrics_urls=metrics,
-            engine_names={w.instance_id: w.name for w in self.workers if w.instance_id},
-            tokenizer_path=str(model_dir / "tokenizer.json"),
-        )
+        self.endpoint = self._endpoint(
+            model_dir, f"{front.base_url}/v1", "dynamo",
+            engine_ids=tuple(w.name for w in self.workers), metrics_urls=metrics,
+            engine_names={w.instance_id: w.name for w in self.workers if w.instance_id})
         return self.endpoint
 
     def restart_worker(self, name: str) -> None:
@@ -233,7 +209,7 @@ class Cluster:
             except httpx.HTTPError as exc:
                 raise ServingError(f"warm-up request through {url} failed: {exc}") from None
 
-    def _external(self) -> Endpoint:
+    def _external(self, model_dir: Path) -> Endpoint:
         url = (self.serving.base_url or "").rstrip("/")
         if not url:
             raise ServingError("serving.mode=external needs serving.base_url "
@@ -249,11 +225,7 @@ class Cluster:
         if served and self.model.name not in served:
             raise ServingError(f"external server {url} does not serve model "
                                f"{self.model.name!r}; it serves {served}")
-        root = url.removesuffix("/v1")
-        return Endpoint(markup_token_ids=markup_token_ids(root, self.model.name, headers),
-                        base_url=url, model=self.model.name, api_key=self.serving.api_key,
-                        token_ids="vllm", enable_thinking=self.model.enable_thinking,
-                        request_timeout_s=self.serving.request_timeout_s)
+        return self._endpoint(model_dir, url, "vllm")
 
     def stop(self) -> None:
         self._stopping.set()  # a worker restart in progress gives up instead of finishing

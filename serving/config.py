@@ -4,6 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
+    # The model's own log-softmax at temperature 1 over the whole vocabulary, before penalties,
+    # top-p and the tool-call grammar's mask (serving/vllm_plugin.py): what a trainer recomputes.
+    "raw": "raw_logprobs",
+    # The distribution each token was drawn from: temperature, top-p and the grammar applied.
+    "processed": "processed_logprobs",
+}
+
+
+MODES = ("embedded", "kv_routed", "disagg", "external")
+ROUTER_MODES = ("kv", "round-robin", "random")
+AFFINITY = ("soft", "hard", "off")
+
+
+def one_of(default: str, choices) -> str:
+    """A setting with a fixed set of values, checked when the config loads (rollout.config)."""
+    return field(default=default, metadata={"choices": tuple(choices)})
+
 
 class ServingError(RuntimeError):
     """A serving problem the user can act on; its message is one line and says what to do."""
@@ -33,7 +51,7 @@ class ServingConfig:
     OpenAI-compatible server at `base_url`.
     """
 
-    mode: str = "embedded"
+    mode: str = one_of("embedded", MODES)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port
     base_url: str | None = None  # for mode=external
@@ -42,6 +60,7 @@ class ServingConfig:
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     seed: int = 0
+    logprobs: str = one_of("raw", LOGPROBS_MODES)
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
     extra_args: list[str] = field(default_factory=list)
@@ -50,17 +69,17 @@ class ServingConfig:
     engines: int = 2
     prefill_engines: int = 1
     decode_engines: int = 1
-    device: str = "cpu"  # cpu | cuda (a GPU deployment, described here, run where GPUs are)
+    device: str = one_of("cpu", ("cpu", "cuda"))  # cuda: a GPU deployment, run where GPUs are
     tensor_parallel: int = 1
     data_parallel: int = 1
     kv_cache_dtype: str = "auto"
     prefill_args: list[str] = field(default_factory=list)
     decode_args: list[str] = field(default_factory=list)
-    discovery: str = "file"  # file (one host) | etcd (etcd + NATS, several hosts)
+    discovery: str = one_of("file", ("file", "etcd"))  # file: one host; etcd (+NATS): several
     etcd_url: str | None = None  # discovery=etcd: an existing etcd; null starts one on loopback
     nats_url: str | None = None  # discovery=etcd: an existing NATS; null starts one on loopback
-    router_mode: str = "kv"  # kv | round-robin | random
-    session_affinity: str = "soft"  # soft | hard | off
+    router_mode: str = one_of("kv", ROUTER_MODES)
+    session_affinity: str = one_of("soft", AFFINITY)
     session_ttl_s: int = 600
     busy_threshold: float = 0.85  # KV use above which an engine is busy and yields its sessions
     frontends: int = 1

@@ -7,23 +7,23 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Endpoint:
-    """An OpenAI-compatible front door.
+    """An OpenAI-compatible front door and the model behind it.
 
-    `token_ids` says how this server hands back the sampled token ids: `vllm` (request
-    `return_token_ids`, read `prompt_token_ids` / `choices[].token_ids`), `dynamo` (Dynamo's
-    frontend: request `nvext.extra_fields`, read `nvext.prompt_token_ids` /
-    `nvext.completion_token_ids`, and the engine that served the turn from `nvext.worker_id`)
-    or `none` (an external server that cannot; records then carry no ids and say so).
+    `front_door` names the adapter that spells requests for this server (serving.frontdoor:
+    `vllm` for vLLM's own server, `dynamo` for NVIDIA Dynamo's frontend). `model_dir` is the
+    local model folder whose tokenizer and chat template render prompts as token ids.
     """
 
     base_url: str  # ends with /v1
     model: str
+    model_dir: str
+    front_door: str = "vllm"
     api_key: str = "EMPTY"
-    token_ids: str = "vllm"
     enable_thinking: bool = False
+    max_model_len: int = 16384  # the context window: prompt + completion tokens
     request_timeout_s: float = 600.0
+    logprobs_mode: str = "raw"  # raw | processed (serving.config.LOGPROBS_MODES)
     engine_ids: tuple[str, ...] = ()
     markup_token_ids: dict[str, int] = field(default_factory=dict)  # tool-call markup -> id
     metrics_urls: dict[str, str] = field(default_factory=dict)  # engine or router -> /metrics
     engine_names: dict[str, str] = field(default_factory=dict)  # Dynamo instance id (hex) -> name
-    tokenizer_path: str = ""  # tokenizer.json: sampled token ids -> their bytes (token_ids=dynamo)

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
+from serving.vllm_plugin import UNMASKED_LOGPROBS_ENV
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -20,6 +21,7 @@ def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
         "--enable-prefix-caching" if c.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--logprobs-mode", LOGPROBS_MODES[c.logprobs],
     ]
     if c.enforce_eager:
         args.append("--enforce-eager")
@@ -44,6 +46,8 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
     })
     if c.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
+    if c.logprobs == "raw":  # see serving/vllm_plugin.py
+        env[UNMASKED_LOGPROBS_ENV] = "1"
     env.update(c.extra_env)
     return env
 

@@ -76,7 +76,7 @@ class WorkspaceToolset(vf.Toolset[WorkspaceToolsConfig, WorkspaceState]):
             raise RuntimeError("this tool server has no task: it serves one rollout")
         result = await asyncio.to_thread(self._episode.call, name, arguments)
         changes = await asyncio.to_thread(self._episode.workspace.changes)
-        self.state.files, self.state.diff = changes.files, changes.diff
+        self.state.diff = changes.diff
         self.state.submitted = self.state.submitted or result.submitted
         return result.output
 

@@ -8,11 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import ServingConfig, ServingError
+from serving.config import AFFINITY, ROUTER_MODES, ServingConfig, ServingError
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
-
-ROUTER_MODES = ("kv", "round-robin", "random")
-AFFINITY = ("soft", "hard", "off")
 
 
 def router_args(cfg: ServingConfig) -> list[str]:

@@ -6,8 +6,10 @@ be spelled from ordinary sub-tokens that the server's parser then ignores. This 
 - matches every markup element as its single special token (`<tool_call>`, `<arg_key>`, ...),
 - allows no characters between them,
 - restricts the name to the declared tools and lists every argument in schema order,
-- bounds each string value by its `maxLength` in characters AND tokens, other values by their
-  JSON schema with no whitespace,
+- admits only complete UTF-8 characters in a string value, at most its `maxLength` of them (a
+  character class counts code points; xgrammar's `any_text` would also admit stray bytes that
+  form no character, and a call whose bytes do not decode is not the call that runs), other
+  values by their JSON schema with no whitespace,
 - ends with the call: the server then allows only its stop tokens (a stop token cannot be a
   grammar element: xgrammar reserves them for the end),
 - leaves free text and reasoning unconstrained except that they cannot contain markup tokens
@@ -90,15 +92,16 @@ def _string_bound(schema: dict) -> int:
 
 
 def _value(schema: dict) -> tuple[dict, int]:
-    """The format of one argument value (between its tags) and its worst-case token count."""
+    """The format of one argument value (between its tags) and its worst-case token count.
+
+    A string is up to `maxLength` characters of any kind; a character is up to 4 bytes and a
+    token may hold a single byte, hence 4 tokens per character in the worst case. A markup
+    token inside a value is text there (the parser reads it as the grammar does)."""
     kinds = schema.get("type")
     if kinds == "string" and "enum" not in schema:
         limit = _string_bound(schema)
-        if schema.get("minLength", 0) > 0:  # characters only: a token may be a partial char
-            pattern = f"[\\s\\S]{{{schema['minLength']},{limit}}}"
-            return {"type": "regex", "pattern": pattern}, 4 * limit
-        return {"type": "any_text", "max_chars": limit, "max_tokens": limit,
-                "excludes": MARKUP + [TURN_END]}, limit
+        pattern = f"[\\s\\S]{{{schema.get('minLength', 0)},{limit}}}"
+        return {"type": "regex", "pattern": pattern}, 4 * limit
     return ({"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1},
             _json_bound(schema))
 

@@ -1,10 +1,12 @@
 """GLM tool calls read from the sampled tokens themselves, with every problem counted.
 
-The input is the completion as the server sampled it, the bytes of each token (the `bytes` of
-each logprobs entry: a token may hold part of a character), so markup is recognized only where
-the model sampled the markup TOKEN: a
+The input is the completion as the server sampled it, the bytes of each token (a token may hold
+part of a character), so markup is recognized only where the model sampled the markup TOKEN: a
 `<tool_call>` spelled from ordinary sub-tokens is reported (`subtoken_markup`), never silently
-turned into a call or silently dropped.
+turned into a call or silently dropped. A value whose sampled bytes are not valid UTF-8 makes its
+call invalid (`invalid_utf8`): the call that would run is not the call that was sampled. The
+token that ended the turn (`<|observation|>`, ...) is not content: it belongs to the sequence,
+not to what the assistant said.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from serving.toolcall.grammar import (
     KEY_END,
     KEY_START,
     MARKUP,
+    OTHER_STOPS,
     THINK_END,
+    TURN_END,
     VALUE_END,
     VALUE_START,
 )
 
 ISSUE_KINDS = ("malformed", "unknown_tool", "missing_argument", "extra_argument", "wrong_type",
-               "cut_off", "subtoken_markup")
+               "cut_off", "subtoken_markup", "invalid_utf8")
+TURN_ENDS = (TURN_END, *OTHER_STOPS)
 
 
 @dataclass
@@ -55,6 +60,8 @@ class _Cut(Exception):
 
 def parse_glm(token_bytes: list[bytes], tools: list[dict], thinking: bool) -> ParsedTurn:
     tokens = [_Piece(b) for b in token_bytes]
+    if tokens and any(tokens[-1] == end for end in TURN_ENDS):
+        tokens.pop()
     schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
     reasoning: list[str] = []
     content: list[str] = []
@@ -89,19 +96,25 @@ class _Piece(bytes):
     __hash__ = bytes.__hash__
 
 
-def _text(pieces: list[bytes], errors: str = "replace") -> str:
-    return b"".join(pieces).decode("utf-8", errors=errors)
+def _text(pieces: list[bytes]) -> str:
+    """For people: bytes that form no character show as U+FFFD."""
+    return b"".join(pieces).decode("utf-8", errors="replace")
 
 
-def _read_until(tokens: list[_Piece], i: int, stops: tuple[str, ...]) -> tuple[str, str, int]:
+def _read_until(tokens: list[_Piece], i: int, stops: tuple[str, ...],
+                issues: list[str]) -> tuple[str, str, int]:
     """Text up to the first stop token: (text, stop, index after it); _Cut at the end."""
     start = i
     while i < len(tokens):
         for stop in stops:
             if tokens[i] == stop:
-                # Bytes that form no character (random weights sample them) are dropped: JSON
-                # cannot carry them, and the grammar's length bound counts characters.
-                return _text(tokens[start:i], "ignore"), stop, i + 1
+                data = b"".join(tokens[start:i])
+                try:
+                    return data.decode("utf-8"), stop, i + 1
+                except UnicodeDecodeError:
+                    if "invalid_utf8" not in issues:
+                        issues.append("invalid_utf8")
+                    return data.decode("utf-8", errors="replace"), stop, i + 1
         i += 1
     raise _Cut()
 
@@ -111,19 +124,11 @@ def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple
     issues: list[str] = []
     name = ""
     try:
-        name, stop, i = _read_until(tokens, i, (KEY_START, CALL_END))
+        name, stop, i = _read_until(tokens, i, (KEY_START, CALL_END), issues)
         name = name.strip()
-        while stop == KEY_START:
-            key, _, i = _read_until(tokens, i, (KEY_END,))
-            if i >= len(tokens):
-                raise _Cut()
-            if tokens[i] != VALUE_START:
-                issues.append("malformed")
-                _, stop, i = _read_until(tokens, i, (CALL_END,))
-                break
-            value, _, i = _read_until(tokens, i + 1, (VALUE_END,))
-            raw[key.strip()] = value
-            _, stop, i = _read_until(tokens, i, (KEY_START, CALL_END))
+        if stop == KEY_START:
+            clean = _clean_arguments(tokens, i)
+            raw, i = clean if clean is not None else _loose_arguments(tokens, i, issues)
     except _Cut:
         issues.append("cut_off")
         i = len(tokens)
@@ -133,6 +138,60 @@ def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple
     if "cut_off" in issues:  # its missing arguments follow from the cut; count the cause once
         problems = []
     return ParsedCall(name, arguments, issues + problems), i
+
+
+def _find(tokens: list[_Piece], i: int, markup: str) -> int | None:
+    return next((k for k in range(i, len(tokens)) if tokens[k] == markup), None)
+
+
+def _clean_arguments(tokens: list[_Piece], i: int) -> tuple[dict[str, str], int] | None:
+    """Arguments from just after an `<arg_key>` through `</tool_call>`, read as the grammar reads
+    them: a value is any text, markup tokens included, and ends at the `</arg_value>` after which
+    the call goes on well-formed (the next `<arg_key>` or `</tool_call>`). None if no such
+    reading exists (the loose reading then says what is wrong)."""
+    k = _find(tokens, i, KEY_END)
+    if k is None or k + 1 >= len(tokens) or tokens[k + 1] != VALUE_START:
+        return None
+    try:
+        key = b"".join(tokens[i:k]).decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    start = j = k + 2
+    while (j := _find(tokens, j, VALUE_END)) is not None:
+        after = tokens[j + 1] if j + 1 < len(tokens) else None
+        if after in (CALL_END, KEY_START):
+            try:
+                value = b"".join(tokens[start:j]).decode("utf-8")
+            except UnicodeDecodeError:
+                return None  # every longer reading holds the same undecodable bytes
+            if after == CALL_END:
+                return {key: value}, j + 2
+            rest = _clean_arguments(tokens, j + 2)
+            if rest is not None and key not in rest[0]:
+                return {key: value, **rest[0]}, rest[1]
+        j += 1
+    return None
+
+
+def _loose_arguments(tokens: list[_Piece], i: int,
+                     issues: list[str]) -> tuple[dict[str, str], int]:
+    """Arguments that do not parse cleanly: read up to each markup token, counting problems."""
+    raw: dict[str, str] = {}
+    stop = KEY_START
+    while stop == KEY_START:
+        key, _, i = _read_until(tokens, i, (KEY_END,), issues)
+        if i >= len(tokens):
+            raise _Cut()
+        if tokens[i] != VALUE_START:
+            issues.append("malformed")
+            _, stop, i = _read_until(tokens, i, (CALL_END,), issues)
+            break
+        value, _, i = _read_until(tokens, i + 1, (VALUE_END,), issues)
+        raw[key.strip()] = value
+        if i < len(tokens) and tokens[i] not in (KEY_START, CALL_END):
+            issues.append("malformed")
+        _, stop, i = _read_until(tokens, i, (KEY_START, CALL_END), issues)
+    return raw, i
 
 
 def check_call(name: str, arguments: str, tools: list[dict]) -> list[str]:

@@ -19,7 +19,8 @@ import pytest
 from envs import EnvConfig
 from envs.vf.environment import load_verifiers_env
 from rollout.model_client import ModelClient, SamplingConfig
-from rollout.session import Job, Session, SessionLimits
+from rollout.record import Job, Provenance
+from rollout.session import Session, SessionLimits
 from serving import Cluster, ModelConfig, ServingConfig
 from tests.procs import process_table
 
@@ -76,10 +77,11 @@ def test_rollout_session_runs_a_verifiers_taskset(endpoint):
     client = ModelClient(endpoint, SamplingConfig())
     # Short tool arguments, so that a whole call fits a small turn (the grammar needs that).
     taskset_config = {"task": {"env": {"max_file_chars": 100, "max_command_chars": 50}}}
-    limits = SessionLimits(max_turns=3, max_tokens_per_turn=600)
+    limits = SessionLimits(max_turns=3, max_tokens_per_turn=2000, max_total_tokens=6000)
+    provenance = Provenance("e2e", endpoint.model, endpoint.model_dir, "", 0, "{}")
 
     async def run_all(env) -> list[dict]:
-        return await asyncio.gather(*(Session(Job(t, 0), env, client, limits, 0, "e2e").run()
+        return await asyncio.gather(*(Session(Job(t, 0), env, client, limits, 0, provenance).run()
                                       for t in env.tasks))
 
     with load_verifiers_env(cfg, taskset_config) as env:

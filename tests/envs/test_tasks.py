@@ -4,16 +4,18 @@ import shutil
 import pytest
 
 from envs import EnvConfig, EnvError, load
+from envs.workspace import Changes
 
 ENV = load(EnvConfig())
 
 
 def test_builtin_suite_has_five_tasks():
-    assert len(ENV.tasks) >= 5
+    assert sorted(ENV.tasks) == ["merge_touching", "roman_subtractive", "slugify_lower",
+                                 "stack_pop", "stats_mean"]
 
 
 @pytest.mark.parametrize("task_id", sorted(ENV.tasks))
-def test_task_is_valid(task_id):
+def test_task_is_valid(task_id, tmp_path):
     """The broken repo fails its hidden tests; the reference fix, applied by tools, passes."""
     task = ENV.tasks[task_id]
     with ENV.episode(task_id) as ep:
@@ -26,7 +28,14 @@ def test_task_is_valid(task_id):
         after = ep.score()
         assert after.reward == 1.0 and after.tests_failed == 0, after.output
         assert after.tests_total == before.tests_total
-        assert after.diff.startswith("--- a/")
+        # the recorded diff is git's: applied to a fresh copy it gives the fixed files
+        assert after.diff.startswith("diff --git a/")
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        task.repo.materialize(fresh)
+        Changes(after.diff).apply(fresh)
+        for rel, text in task.repo.reference_fix().items():
+            assert (fresh / rel).read_text() == text
 
 
 def test_scoring_uses_a_fresh_copy():

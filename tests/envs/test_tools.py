@@ -40,7 +40,8 @@ def test_read_and_write(episode):
         "     4  def mean(values):", "     5      values = list(values)"]
     episode.call("write_file", {"path": "new/x.txt", "content": "hi"})
     assert (episode.workspace.path / "new" / "x.txt").read_text() == "hi"
-    assert episode.workspace.changes().files == {"new/x.txt": "hi"}
+    diff = episode.workspace.changes().diff
+    assert "diff --git a/new/x.txt b/new/x.txt" in diff and "+hi" in diff
 
 
 def test_str_replace_and_search(episode):

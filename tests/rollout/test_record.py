@@ -1,49 +1,137 @@
-from datasets import load_from_disk
+"""The record builder and the sink: one schema, built in one place, durable as it lands."""
 
-from rollout.record import flatten_turns
-from rollout.scheduler import infra_error_record
-from rollout.session import Job
-from rollout.sink import RecordSink
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from datasets import load_dataset, load_from_disk
+
+from rollout.record import (
+    FEATURES,
+    Job,
+    Outcome,
+    PrefixBreak,
+    Provenance,
+    SessionTrace,
+    ToolCallRecord,
+    TurnRecord,
+    build_record,
+    error_record,
+    prefix_break,
+)
+from rollout.sink import RecordSink, SchemaError
+
+PROV = Provenance("run-1", "tiny-glm", "/models/tiny", "abc", 7, '{"vllm": "0.31.0"}')
 
 
-def _turn(prompt, completion):
-    return {"prompt_token_ids": prompt, "completion_token_ids": completion,
-            "completion_logprobs": [-0.5] * len(completion)}
+def _turn(index, prompt, completion, calls=()):
+    return TurnRecord(index=index, prompt_token_ids=prompt, completion_token_ids=completion,
+                      completion_logprobs=[-0.5] * len(completion), logprobs_mode="raw",
+                      temperature=1.0, top_p=1.0, max_tokens=64, seed=11, finish_reason="stop",
+                      content="", reasoning="", tool_calls=list(calls), constraint="c",
+                      issues=[], dropped_calls=0, cached_tokens=1, engine_id="0",
+                      prefill_engine_id="", latency_s=0.1, tool_s=0.0)
 
 
-def test_flatten_consistent_turns():
-    turns = [_turn([1, 2], [3, 4]), _turn([1, 2, 3, 4, 5], [6])]
-    ok, tokens, mask, logprobs = flatten_turns(turns)
-    assert ok
-    assert tokens == [1, 2, 3, 4, 5, 6]
-    assert mask == [0, 0, 1, 1, 0, 1]
-    assert logprobs == [0.0, 0.0, -0.5, -0.5, 0.0, -0.5]
+def _call(valid=True, issues=(), failed=False):
+    return ToolCallRecord("c1", "bash", "{}", valid, "", failed, list(issues), "out")
 
 
-def test_flatten_refuses_a_rewritten_history():
-    assert flatten_turns([_turn([1, 2], [3]), _turn([1, 9, 3, 5], [6])])[0] is False
-    assert flatten_turns([])[0] is False
+def test_a_session_joins_into_one_sequence_with_a_loss_mask():
+    trace = SessionTrace(turns=[_turn(0, [1, 2], [3, 4]), _turn(1, [1, 2, 3, 4, 5], [6])],
+                         messages=[{"role": "user", "content": "hi"}])
+    rec = build_record(Job("t", 0), PROV, Outcome("ok", "submitted", reward=1.0), trace)
+    assert rec["prefix_consistent"] and rec["prefix_breaks"] == []
+    assert rec["token_ids"] == [1, 2, 3, 4, 5, 6]
+    assert rec["loss_mask"] == [0, 0, 1, 1, 0, 1]
+    assert rec["logprobs"] == [0.0, 0.0, -0.5, -0.5, 0.0, -0.5]
+    assert (rec["prompt_tokens"], rec["completion_tokens"]) == (7, 3)
+    assert set(rec) == set(FEATURES)
+    assert rec["provenance"]["model_path"] == "/models/tiny"
+
+
+def test_a_break_empties_the_sequence_and_says_where():
+    trace = SessionTrace(turns=[_turn(0, [1, 2], [3]), _turn(1, [1, 9, 3, 5], [6])],
+                         breaks=[PrefixBreak(1, 1, "because")])
+    rec = build_record(Job("t", 0), PROV, Outcome("ok", "submitted", reward=0.0), trace)
+    assert not rec["prefix_consistent"] and rec["token_ids"] == rec["loss_mask"] == []
+    assert rec["prefix_breaks"] == [{"turn": 1, "position": 1, "reason": "because"}]
+
+
+def test_prefix_break_finds_the_first_difference():
+    assert prefix_break([1, 2, 3], [1, 2, 3, 4]) is None
+    assert prefix_break([1, 2, 3], [1, 9, 3, 4]) == 1
+    assert prefix_break([1, 2, 3], [1, 2]) == 2  # the prompt is shorter than what was seen
+
+
+def test_counts_come_from_the_calls():
+    calls = [_call(), _call(False, ["invalid_utf8"]), _call(failed=True)]
+    rec = build_record(Job("t", 0), PROV, Outcome("ok", "submitted", reward=0.0),
+                       SessionTrace(turns=[_turn(0, [1], [2], calls)]))
+    assert (rec["num_tool_calls"], rec["num_invalid_tool_calls"]) == (3, 1)
+    assert rec["tool_call_issues"]["invalid_utf8"] == 1 and rec["tool_call_issues"]["failed"] == 1
 
 
 def _record(job, status="ok", reward=1.0):
-    rec = infra_error_record(job, "")
-    rec.update(status=status, reward=reward, error="", run_id="r",
-               turns=[{**_turn([1], [2]), "index": 0, "tool_calls": []}])
-    return rec
+    if status == "infra_error":
+        return error_record(job, PROV, "engine down")
+    trace = SessionTrace(turns=[_turn(0, [1], [2])])
+    return build_record(job, PROV, Outcome(status, "submitted", reward=reward), trace)
 
 
-def test_sink_writes_shards_and_resumes(tmp_path):
+def test_each_record_is_on_disk_when_write_returns(tmp_path):
     sink = RecordSink(tmp_path, shard_size=2)
     sink.write(_record(Job("a", 0)))
-    sink.write(_record(Job("a", 1), status="infra_error", reward=None))
+    [part] = sink.parts()
+    assert pq.read_table(part)["rollout_id"].to_pylist() == ["a/0"]
+    assert not list((tmp_path / "data").glob("*.tmp"))
+
+
+def test_the_sink_refuses_keys_outside_the_schema(tmp_path):
+    sink = RecordSink(tmp_path)
+    with pytest.raises(SchemaError, match=r"unknown keys \['surprise'\]"):
+        sink.write({**_record(Job("a", 0)), "surprise": 1})
+    rec = _record(Job("a", 0))
+    del rec["reward"]
+    with pytest.raises(SchemaError, match=r"missing keys \['reward'\]"):
+        sink.write(rec)
+    assert sink.parts() == []
+
+
+def test_compaction_resume_and_retries(tmp_path):
+    sink = RecordSink(tmp_path, shard_size=2)
+    sink.write(_record(Job("a", 0)))
+    sink.write(_record(Job("a", 1), status="infra_error"))
     sink.write(_record(Job("b", 0)))
-    sink.flush()
-    assert len(sink.shards()) == 2
+    sink.compact()
+    assert len(sink.shards()) == 2 and sink.parts() == []
     resumed = RecordSink(tmp_path)
     assert resumed.done_ids() == {"a/0", "b/0"}  # infra errors are run again
     resumed.write(_record(Job("a", 1)))  # the retry
+    # readable mid-run as parquet, shards and single records together
+    mid = load_dataset("parquet", data_dir=str(tmp_path / "data"), split="train")
+    assert sorted(mid["rollout_id"]) == ["a/0", "a/1", "a/1", "b/0"]
     ds = resumed.finalize()
     assert sorted(ds["rollout_id"]) == ["a/0", "a/1", "b/0"]
     assert load_from_disk(str(tmp_path / "dataset"))["status"].count("infra_error") == 0
-    row = ds[0]
-    assert row["turns"][0]["prompt_token_ids"] == [1]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from rollout.record import Job
+from tests.rollout.test_record import _record
+from rollout.sink import RecordSink
+sink = RecordSink(__import__("pathlib").Path(sys.argv[1]))
+for i in range(3):
+    sink.write(_record(Job("k", i)))
+    print(i, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_records_written_before_a_sigkill_survive(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == -9 and proc.stdout.split() == ["0", "1", "2"]
+    assert RecordSink(tmp_path).done_ids() == {"k/0", "k/1", "k/2"}

@@ -1,48 +1,74 @@
-"""The session loop's logic with a scripted model client (the real-engine path is in e2e)."""
+"""The session loop with the real client, renderer and parser; only the server is scripted.
+
+The scripted front door answers each request with the tokens of a scripted completion and
+reports back the prompt it was sent (the real-engine path is in tests/e2e)."""
 
 import asyncio
 import json
+import subprocess
+import sys
+
+import pytest
 
 import envs.workspace
 from envs import EnvConfig, load
-from rollout.model_client import Completion
-from rollout.session import Job, Session, SessionLimits, request_seed
+from rollout.config import project_root
+from rollout.model_client import ModelClient, SamplingConfig
+from rollout.record import Job, Provenance
+from rollout.session import Session, SessionLimits, request_seed
+from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable, chat_renderer
+from serving.cluster import tokenizer_markup_ids
+from serving.tiny_model import ensure_tiny_glm
+
+MODEL_DIR = ensure_tiny_glm(project_root() / ".cache" / "models")
+ENDPOINT = Endpoint(base_url="http://127.0.0.1:9/v1", model="tiny-glm", model_dir=str(MODEL_DIR),
+                    markup_token_ids=tokenizer_markup_ids(MODEL_DIR))
+RENDERER = chat_renderer(str(MODEL_DIR), False)
+ENV = load(EnvConfig(task_ids=["stats_mean"]))
+FIX = {"path": "stats.py", "old_text": "(len(values) - 1)", "new_text": "len(values)"}
+LIMITS = SessionLimits(max_turns=4, max_tokens_per_turn=6144, max_total_tokens=16384)
+PROVENANCE = Provenance("run", "tiny-glm", str(MODEL_DIR), "hash", 0, "{}")
 
 
-class ScriptedClient:
-    """Replays tool calls; stands in for the server only in these unit tests."""
+def call(name: str, args: dict | None = None) -> str:
+    """A GLM call as the model writes it, ending its turn with <|observation|>."""
+    parts = "".join(f"<arg_key>{k}</arg_key><arg_value>{v if isinstance(v, str) else json.dumps(v)}"
+                    f"</arg_value>" for k, v in (args or {}).items())
+    return f"<tool_call>{name}{parts}</tool_call><|observation|>"
 
-    def __init__(self, calls):
-        self.calls = list(calls)
-        self.released = []
 
-    def constraint(self):
-        return "scripted"
+class ScriptedDoor:
+    """Stands in for the server: answers with scripted completions, echoes the prompt."""
 
-    async def complete(self, messages, tools, max_tokens, seed, session_id):
-        name, args = self.calls.pop(0)
-        call = {"id": f"c{len(self.calls)}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)}}
-        return Completion("", [call], "tool_calls", [1, 2], [3], [-0.1], 2, 1, 0, 0.01)
+    def __init__(self, completions, tamper=None):
+        self.completions = list(completions)
+        self.tamper = tamper  # prompt -> the prompt the "server" says it ran
+        self.prompts, self.released = [], []
+
+    async def generate(self, prompt_ids, sampling, grammar, session_id):
+        self.prompts.append(list(prompt_ids))
+        item = self.completions.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        ids = RENDERER.encode(item) if isinstance(item, str) else list(item)
+        ran = self.tamper(list(prompt_ids)) if self.tamper else list(prompt_ids)
+        return Generation(ran, ids, [-0.5] * len(ids), "stop", cached_tokens=3, engine_id="0")
 
     async def release(self, session_id):
         self.released.append(session_id)
 
 
-ENV = load(EnvConfig(task_ids=["stats_mean"]))
-FIX = {"path": "stats.py", "old_text": "(len(values) - 1)", "new_text": "len(values)"}
-
-
-def run(calls, limits=None):
-    client = ScriptedClient(calls)
-    session = Session(Job("stats_mean", 0), ENV, client, limits or SessionLimits(), 0, "run")
+def run(completions, limits=LIMITS, tamper=None):
+    client = ModelClient(ENDPOINT, SamplingConfig())
+    client.door = door = ScriptedDoor(completions, tamper)
+    session = Session(Job("stats_mean", 0), ENV, client, limits, 0, PROVENANCE)
     record = asyncio.run(session.run())
-    assert client.released == [session.session_id]  # the router may drop the binding now
-    return record
+    assert door.released == [session.session_id]  # the router may drop the binding now
+    return record, door
 
 
 def test_fix_and_submit_is_rewarded():
-    rec = run([("str_replace", FIX), ("submit", {})])
+    rec, _ = run([call("str_replace", FIX), call("submit")])
     assert (rec["status"], rec["stop_reason"], rec["reward"]) == ("ok", "submitted", 1.0)
     assert rec["num_turns"] == 2 and rec["num_invalid_tool_calls"] == 0
     assert "+    return sum(values) / len(values)" in rec["final_diff"]
@@ -50,16 +76,76 @@ def test_fix_and_submit_is_rewarded():
         "system", "user", "assistant", "tool", "assistant", "tool"]
 
 
+def test_every_prompt_is_the_last_one_plus_what_was_sampled_plus_the_new_messages():
+    rec, door = run([call("read_file", {"path": "stats.py", "start_line": 1, "end_line": 3}),
+                     call("str_replace", FIX), call("submit")])
+    turns = rec["turns"]
+    assert door.prompts[0] == RENDERER.prompt_ids(ENV.prompt(ENV.tasks["stats_mean"]), ENV.tools)
+    for prev, turn in zip(turns, turns[1:], strict=False):
+        seen = prev["prompt_token_ids"] + prev["completion_token_ids"]
+        assert turn["prompt_token_ids"][:len(seen)] == seen
+        delta = RENDERER.tokenizer.decode(turn["prompt_token_ids"][len(seen):])
+        output = prev["tool_calls"][0]["output"]
+        # the sampled <|observation|> opens the tool results: it is not rendered again
+        assert delta == f"\n<tool_response>{output}</tool_response><|assistant|>\n<think></think>"
+    assert rec["prefix_consistent"] and rec["prefix_breaks"] == []
+    last = turns[-1]
+    assert rec["token_ids"] == last["prompt_token_ids"] + last["completion_token_ids"]
+    assert sum(rec["loss_mask"]) == rec["completion_tokens"]
+    sampled = [lp for t in turns for lp in t["completion_logprobs"]]
+    assert [lp for lp, m in zip(rec["logprobs"], rec["loss_mask"], strict=True) if m] == sampled
+    for msg in rec["messages"]:  # for people: no markup, no turn-end token
+        assert "<|observation|>" not in msg["content"] and "<tool_call>" not in msg["content"]
+
+
+def test_a_server_that_runs_another_prompt_is_a_recorded_prefix_break():
+    sent = []
+
+    def second_differs(prompt):
+        sent.append(prompt)
+        return prompt if len(sent) == 1 else prompt[:100] + [7] + prompt[101:]
+
+    rec, _ = run([call("run_tests"), call("submit")], tamper=second_differs)
+    assert not rec["prefix_consistent"] and rec["token_ids"] == []
+    [brk] = rec["prefix_breaks"]
+    assert brk == {"turn": 1, "position": 100,
+                   "reason": "the server ran a prompt other than the token ids sent"}
+
+
 def test_turn_limit_still_scores_the_final_state():
-    rec = run([("str_replace", FIX), ("bash", {"command": "ls"})], SessionLimits(max_turns=2))
+    rec, _ = run([call("str_replace", FIX), call("bash", {"command": "ls"})],
+                 SessionLimits(max_turns=2, max_tokens_per_turn=6144, max_total_tokens=16384))
     assert (rec["status"], rec["stop_reason"], rec["reward"]) == ("truncated", "max_turns", 1.0)
 
 
-def test_malformed_calls_are_recorded_not_raised():
-    rec = run([("bash", {}), ("nope", {}), ("submit", {})])
+def test_calls_that_cannot_be_read_as_sampled_are_not_run():
+    bad_bytes = RENDERER.encode("<tool_call>bash<arg_key>command</arg_key><arg_value>echo ")
+    bad_bytes += [RENDERER.tokenizer.convert_tokens_to_ids("Â")]  # a lead byte, no char
+    bad_bytes += RENDERER.encode("</arg_value></tool_call><|observation|>")
+    rec, _ = run([call("nope"), bad_bytes, call("submit")])
     calls = [c for t in rec["turns"] for c in t["tool_calls"]]
-    assert [c["valid"] for c in calls] == [False, False, True]
-    assert rec["num_invalid_tool_calls"] == 2 and rec["reward"] == 0.0
+    assert [(c["valid"], c["issues"]) for c in calls] == [
+        (False, ["unknown_tool"]), (False, ["invalid_utf8"]), (True, [])]
+    assert "it was not run" in calls[1]["output"]
+    assert rec["num_invalid_tool_calls"] == 2 and rec["tool_call_issues"]["invalid_utf8"] == 1
+
+
+def test_no_call_gets_a_nudge_rendered_after_the_sampled_stop():
+    rec, door = run(["I am done.<|user|>", call("submit")])
+    assert rec["turns"][0]["content"] == "I am done."
+    seen = rec["turns"][0]["prompt_token_ids"] + rec["turns"][0]["completion_token_ids"]
+    delta = RENDERER.tokenizer.decode(door.prompts[1][len(seen):])
+    assert delta.startswith("\nNo valid tool call")  # <|user|> was sampled, not re-rendered
+
+
+@pytest.mark.parametrize(("error", "status", "stop"), [
+    (ServerUnavailable("HTTP 503"), "infra_error", "error"),
+    (PromptTooLong("maximum context length"), "truncated", "context_length"),
+])
+def test_server_failures_end_the_session(error, status, stop):
+    rec, _ = run([call("run_tests"), error])
+    assert (rec["status"], rec["stop_reason"]) == (status, stop)
+    assert (rec["reward"] is None) == (status == "infra_error")
 
 
 def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
@@ -67,13 +153,18 @@ def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
         return ["bwrap", "--no-such-option", "--", *argv]
 
     monkeypatch.setattr(envs.workspace, "wrap", broken)
-    rec = run([("bash", {"command": "ls"})])
+    rec, _ = run([call("bash", {"command": "ls"})])
     assert rec["status"] == "infra_error" and rec["reward"] is None
     assert "sandbox failed: bwrap:" in rec["error"]
 
 
-def test_request_seeds_are_stable_and_distinct():
+def test_request_seeds_replay_across_processes_and_differ_per_turn_and_sample():
     a, b = Job("t", 0), Job("t", 1)
-    assert request_seed(0, a, 0) == request_seed(0, a, 0)
+    code = ("from rollout.record import Job; from rollout.session import request_seed; "
+            "print(request_seed(0, Job('t', 0), 0))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": "123", "PATH": ""},
+                           cwd=project_root())
+    assert int(other.stdout) == request_seed(0, a, 0)
     assert len({request_seed(0, a, 0), request_seed(0, b, 0), request_seed(0, a, 1),
                 request_seed(1, a, 0)}) == 4

@@ -35,7 +35,7 @@ def _idle_agent_cpu_s(delay_us: str | None) -> float:
 
 def test_plugin_is_a_vllm_general_plugin():
     names = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
-    assert names.get("rollfleet_nixl_progress") == "serving.vllm_plugin:register"
+    assert names.get("rollfleet") == "serving.vllm_plugin:register"
 
 
 def test_idle_agent_spins_without_the_delay_and_not_with_it():

@@ -18,6 +18,12 @@ def _accepts(compiler, grammar, ids):
     return all(m.accept_token(i) for i in ids)
 
 
+def _completes(compiler, grammar, ids, eos):
+    """`ids` are a whole answer: every token accepted, and then the turn may end."""
+    m = _matcher(compiler, grammar)
+    return all(m.accept_token(i) for i in ids) and m.accept_token(eos)
+
+
 def _enc(tokenizer, text):
     return tokenizer.encode(text, add_special_tokens=False)
 
@@ -31,7 +37,7 @@ def required(tools, token_ids):
 
 
 def test_canonical_call_is_accepted(compiler, tokenizer, required):
-    assert _accepts(compiler, required, _enc(tokenizer, CALL))
+    assert _completes(compiler, required, _enc(tokenizer, CALL), tokenizer.eos_token_id)
 
 
 @pytest.mark.parametrize("bad", [
@@ -42,7 +48,30 @@ def test_canonical_call_is_accepted(compiler, tokenizer, required):
     "Sure! " + CALL,  # free text before a required call
 ])
 def test_invalid_calls_are_rejected(compiler, tokenizer, required, bad):
-    assert not _accepts(compiler, required, _enc(tokenizer, bad))
+    assert not _completes(compiler, required, _enc(tokenizer, bad), tokenizer.eos_token_id)
+
+
+def test_string_values_admit_only_complete_characters(compiler, tokenizer, required,
+                                                      token_ids):
+    """Regression: xgrammar's any_text admitted bytes that form no character, and a sampled
+    path with a stray byte ran as a different path."""
+    head = _enc(tokenizer, "<tool_call>bash<arg_key>command</arg_key><arg_value>")
+    snowman = _enc(tokenizer, "☃")  # three bytes: byte tokens of the byte-level vocabulary
+    assert len(snowman) > 1
+    assert _accepts(compiler, required, head + snowman + [token_ids["</arg_value>"]])
+    assert not _accepts(compiler, required, head + snowman[:1] + [token_ids["</arg_value>"]])
+    assert not _accepts(compiler, required, head + snowman[1:])  # continuation bytes first
+
+
+def test_markup_inside_a_value_is_text_and_parsed_as_such(compiler, tokenizer, required, tools):
+    """The grammar reads a markup token inside a value as text; so does the parser."""
+    inner = "a</arg_value>b<tool_call>c"
+    ids = _enc(tokenizer, CALL.replace("ls -la", inner))
+    assert _completes(compiler, required, ids, tokenizer.eos_token_id)
+    parsed = parse_glm([tokenizer.decode([i]).encode() for i in ids], tools,
+                       thinking=False)
+    assert [(c.name, c.arguments, c.issues) for c in parsed.calls] == [
+        ("bash", {"command": inner}, [])]
 
 
 def test_markup_spelled_from_sub_tokens_is_rejected(compiler, tokenizer, required):

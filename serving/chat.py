@@ -1,0 +1,76 @@
+"""A conversation as token ids, rendered with the model's own chat template and tokenizer.
+
+Sessions are token-in/token-out: the next prompt is the previous prompt + the completion as
+sampled + the ids of what was added since (tool results, a user message, the next generation
+prompt). Only that delta is ever rendered, so a prompt always extends what the model saw; the
+sampled turn is never re-rendered (re-rendering it re-tokenizes differently from what was
+sampled, and the markup the model ended its turn with would be doubled or lost).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from serving.token_bytes import TokenBytes
+
+
+class TemplateError(ValueError):
+    """The chat template cannot extend this conversation by appending (it rewrites history)."""
+
+
+class ChatRenderer:
+    """Renders prompts and prompt deltas as token ids; maps sampled ids back to their bytes."""
+
+    def __init__(self, model_dir: Path, enable_thinking: bool) -> None:
+        from transformers import AutoTokenizer  # heavy import: only where prompts are made
+
+        self.model_dir = Path(model_dir)
+        self.enable_thinking = enable_thinking
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        self.bytes = TokenBytes(self.model_dir / "tokenizer.json")
+        self.added = {t.content: i for i, t in self.tokenizer.added_tokens_decoder.items()}
+
+    def _text(self, messages: list[dict[str, Any]], tools: list[dict] | None,
+              generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False,
+            add_generation_prompt=generation_prompt, enable_thinking=self.enable_thinking)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
+        """The first prompt: the whole conversation so far, then the generation prompt."""
+        return self.encode(self._text(messages, tools, True))
+
+    def delta_ids(self, history: list[dict[str, Any]], new: list[dict[str, Any]],
+                  tools: list[dict] | None, last_sampled: int | None) -> list[int]:
+        """The ids that follow a sampled turn: `new` messages, then the generation prompt.
+
+        `history` ends with the assistant turn whose completion ended with `last_sampled`. If
+        that token is the markup the template opens the next message with (GLM ends a call
+        turn with `<|observation|>`, which also opens the tool results), it is not repeated.
+        """
+        base = self._text(history, tools, False)
+        full = self._text(history + new, tools, True)
+        if not full.startswith(base):
+            cut = next(i for i, (a, b) in enumerate(zip(base, full, strict=False)) if a != b)
+            raise TemplateError(f"the chat template rewrites earlier turns when messages are "
+                                f"added (first difference at character {cut}): token-in "
+                                "sessions need an append-only template")
+        delta = full[len(base):]
+        opener = self.tokenizer.convert_ids_to_tokens(last_sampled) if last_sampled else None
+        if opener in self.added and delta.startswith(opener):
+            delta = delta[len(opener):]
+        return self.encode(delta)
+
+    def token_bytes(self, ids: list[int]) -> list[bytes]:
+        return [self.bytes[i] for i in ids]
+
+
+@functools.lru_cache(maxsize=4)
+def chat_renderer(model_dir: str, enable_thinking: bool) -> ChatRenderer:
+    """One renderer per model folder and process (loading a tokenizer takes a second)."""
+    return ChatRenderer(Path(model_dir), enable_thinking)

@@ -1,0 +1,237 @@
+"""Front doors: how a request is spelled for each kind of server, one adapter each.
+
+The rollout layer asks for a generation from a token-id prompt, with a grammar, a seed and a
+session id, and gets back what was sampled: token ids, logprobs, which engines served it and how
+much of the prompt came from a prefix cache. Each adapter knows its server's wire format:
+- `vllm`: vLLM's OpenAI server. `/v1/completions` with the prompt as token ids, the grammar as a
+  structural tag in `structured_outputs`, `return_token_ids`, `prompt_logprobs` for replays.
+- `dynamo`: NVIDIA Dynamo's frontend. The same route, the grammar as xgrammar EBNF in
+  `guided_grammar` (it rejects `structured_outputs` and ignores `logit_bias`), token ids and the
+  serving workers in `nvext`, the session in `x-dynamo-session-id`.
+A new topology adds an adapter here and a name in FRONT_DOORS; the rollout layer is unchanged.
+`chat` is the message-in path (the server renders the prompt and parses calls itself), kept for
+comparison with the server's own tool handling (`rollout.tool_constraint=stock`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+
+from serving.endpoint import Endpoint
+from serving.toolcall import ToolCallGrammar
+
+SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
+
+
+class ServerUnavailable(RuntimeError):
+    """The serving side failed (unreachable, timed out, 5xx, lost its engines): retry elsewhere."""
+
+
+class PromptTooLong(ValueError):
+    """The prompt plus the requested tokens no longer fit the model's context window."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What to sample with; every field lands in the turn's record."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass
+class Generation:
+    """One completion as the server sampled it."""
+
+    prompt_token_ids: list[int]  # as the server reports the prompt it ran
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    cached_tokens: int = 0
+    engine_id: str = ""  # the engine that decoded it
+    prefill_engine_id: str = ""  # disaggregated serving: the engine that prefilled it
+    latency_s: float = 0.0
+    # message-in (`chat`) only: what the server's own parser made of the completion
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FrontDoor:
+    """The requests one kind of server takes; subclasses spell them."""
+
+    name: ClassVar[str]
+    supports_prompt_logprobs: ClassVar[bool] = False
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.root = endpoint.base_url.removesuffix("/v1")
+        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, headers={
+            "Authorization": f"Bearer {endpoint.api_key}"})
+
+    async def generate(self, prompt_ids: list[int], sampling: Sampling,
+                       grammar: ToolCallGrammar | None, session_id: str) -> Generation:
+        body = {"model": self.endpoint.model, "prompt": prompt_ids, **_sampling(sampling),
+                "logprobs": 0, **self._grammar_fields(grammar), **self._token_fields()}
+        # the prompt is exactly these ids: nothing (BOS, ...) is added in front
+        start = time.perf_counter()
+        raw = await self._post("/v1/completions", body, session_id)
+        choice = raw["choices"][0]
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        gen = Generation(prompt_token_ids=[], token_ids=[], logprobs=[float(x) for x in logprobs],
+                         finish_reason=choice.get("finish_reason") or "",
+                         cached_tokens=_cached(raw), latency_s=time.perf_counter() - start)
+        self._read_ids(gen, raw, choice)
+        return gen
+
+    async def chat(self, messages: list[dict], tools: list[dict], tool_choice: Any,
+                   parallel: bool, sampling: Sampling, session_id: str) -> Generation:
+        body = {"model": self.endpoint.model, "messages": messages, **_sampling(sampling),
+                "logprobs": True, "chat_template_kwargs": {
+                    "enable_thinking": self.endpoint.enable_thinking}, **self._token_fields()}
+        if tools:
+            body.update(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel)
+        start = time.perf_counter()
+        raw = await self._post("/v1/chat/completions", body, session_id)
+        choice = raw["choices"][0]
+        msg = choice["message"]
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        gen = Generation(prompt_token_ids=[], token_ids=[],
+                         logprobs=[float(e["logprob"]) for e in entries],
+                         finish_reason=choice.get("finish_reason") or "",
+                         cached_tokens=_cached(raw), latency_s=time.perf_counter() - start,
+                         content=msg.get("content") or "",
+                         tool_calls=[{"id": c["id"], "type": "function", "function": {
+                             "name": c["function"]["name"],
+                             "arguments": c["function"]["arguments"]}}
+                             for c in msg.get("tool_calls") or []])
+        self._read_ids(gen, raw, choice)
+        return gen
+
+    async def prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
+        """The model's logprob of each token given the ones before it (None for the first)."""
+        raise NotImplementedError(f"the {self.name} front door cannot replay prompt logprobs; "
+                                  "use an embedded vLLM engine")
+
+    async def release(self, session_id: str) -> None:
+        """Tell the router a session is over (front doors without session state: nothing)."""
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _token_fields(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _read_ids(self, gen: Generation, raw: dict, choice: dict) -> None:
+        raise NotImplementedError
+
+    async def _post(self, path: str, body: dict, session_id: str | None,
+                    headers: dict[str, str] | None = None) -> dict:
+        hdrs = {SESSION_HEADER: session_id} if session_id else {}
+        try:
+            resp = await self.http.post(f"{self.root}{path}", json=body,
+                                        headers={**hdrs, **(headers or {})})
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"{self.name} {path}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code == 200:
+            return resp.json()
+        text = resp.text[:500]
+        if resp.status_code == 400 and ("context length" in text or "maximum context" in text
+                                        or "max_model_len" in text):
+            raise PromptTooLong(text)
+        # 5xx, a front door that lost the model's engines (404), or a rejected request: the
+        # serving side failed, never the rollout.
+        raise ServerUnavailable(f"{self.name} {path}: HTTP {resp.status_code}: {text}")
+
+
+class VllmFrontDoor(FrontDoor):
+    name = "vllm"
+    supports_prompt_logprobs = True
+
+    def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
+        if grammar is None:
+            return {}
+        fields: dict[str, Any] = {"structured_outputs": {"structural_tag": grammar.json()}}
+        if grammar.logit_bias:
+            fields["logit_bias"] = {str(k): v for k, v in grammar.logit_bias.items()}
+        return fields
+
+    def _token_fields(self) -> dict[str, Any]:
+        return {"return_token_ids": True}
+
+    def _read_ids(self, gen: Generation, raw: dict, choice: dict) -> None:
+        gen.prompt_token_ids = list(choice.get("prompt_token_ids")
+                                    or raw.get("prompt_token_ids") or [])
+        gen.token_ids = list(choice.get("token_ids") or [])
+        if len(self.endpoint.engine_ids) == 1:  # one engine behind this server
+            gen.engine_id = self.endpoint.engine_ids[0]
+
+    async def prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
+        raw = await self._post("/v1/completions", {
+            "model": self.endpoint.model, "prompt": token_ids, "max_tokens": 1,
+            "temperature": 0.0, "prompt_logprobs": 0}, None)
+        entries = raw["choices"][0].get("prompt_logprobs") or []
+        return [None if e is None else float(e[str(t)]["logprob"])
+                for t, e in zip(token_ids, entries, strict=True)]
+
+
+class DynamoFrontDoor(FrontDoor):
+    name = "dynamo"
+    FIELDS = ("worker_id", "prompt_token_ids", "completion_token_ids")
+
+    def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
+        return {} if grammar is None else {"guided_grammar": grammar.ebnf}
+
+    def _token_fields(self) -> dict[str, Any]:
+        return {"nvext": {"extra_fields": list(self.FIELDS)}}
+
+    def _read_ids(self, gen: Generation, raw: dict, choice: dict) -> None:
+        nvext = raw.get("nvext") or {}
+        gen.prompt_token_ids = list(nvext.get("prompt_token_ids") or [])
+        gen.token_ids = list(nvext.get("completion_token_ids") or [])
+        workers = nvext.get("worker_id") or {}
+        names = self.endpoint.engine_names
+        for key, attr in (("decode_worker_id", "engine_id"),
+                          ("prefill_worker_id", "prefill_engine_id")):
+            if workers.get(key) is not None:
+                hex_id = f"{int(workers[key]):x}"
+                setattr(gen, attr, names.get(hex_id, hex_id))
+
+    async def release(self, session_id: str) -> None:
+        """Drop the router's binding now rather than after the idle TTL: a one-token request
+        marked final."""
+        await self._post("/v1/completions", {"model": self.endpoint.model, "prompt": "end",
+                                             "max_tokens": 1}, session_id,
+                         {"x-dynamo-session-final": "true"})
+
+
+FRONT_DOORS: dict[str, type[FrontDoor]] = {d.name: d for d in (VllmFrontDoor, DynamoFrontDoor)}
+
+
+def open_front_door(endpoint: Endpoint) -> FrontDoor:
+    try:
+        return FRONT_DOORS[endpoint.front_door](endpoint)
+    except KeyError:
+        raise ValueError(f"unknown front door {endpoint.front_door!r}; "
+                         f"known: {sorted(FRONT_DOORS)}") from None
+
+
+def _sampling(s: Sampling) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": s.max_tokens, "temperature": s.temperature,
+                            "top_p": s.top_p}
+    if s.seed is not None:
+        body["seed"] = s.seed
+    return body
+
+
+def _cached(raw: dict) -> int:
+    usage = raw.get("usage") or {}
+    return int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)

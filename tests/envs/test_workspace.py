@@ -1,0 +1,88 @@
+"""A session's changes are git's diff: `git apply` on a fresh copy rebuilds the final tree."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox import SandboxPolicy
+from envs.workspace import Changes, ChangesError, Workspace
+
+
+def _start(dest: Path) -> None:
+    (dest / "pkg").mkdir()
+    (dest / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (dest / "gone.txt").write_text("delete me\n")
+    (dest / "data.bin").write_bytes(bytes(range(256)))
+    (dest / "run.sh").write_text("echo hi\n")
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes | str, int]]:
+    """Every file's bytes (or a link's target) and permission bits."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            path = Path(dirpath, name)
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = (os.readlink(path), 0)
+            else:
+                out[rel] = (path.read_bytes(), path.stat().st_mode & 0o777)
+    return out
+
+
+def test_git_apply_of_the_diff_rebuilds_every_kind_of_change(tmp_path):
+    ws = Workspace(_start, root=tmp_path, policy=SandboxPolicy(isolate=False))
+    try:
+        repo = ws.path
+        (repo / "pkg" / "mod.py").write_text("def f():\n    return 2")  # no final newline
+        (repo / "gone.txt").unlink()
+        (repo / "data.bin").write_bytes(bytes(range(255, -1, -1)) + b"\x00\xff")
+        (repo / "line\nbreak & spaces é.txt").write_bytes(b"odd name\n")
+        (repo / "link").symlink_to("pkg/mod.py")
+        (repo / "run.sh").chmod(0o755)
+        (repo / "pkg" / "__pycache__").mkdir()
+        (repo / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"cache")
+        changes = ws.changes()
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        _start(fresh)
+        changes.apply(fresh)
+        pycache = "pkg/__pycache__/mod.cpython-311.pyc"
+        assert _tree(fresh) == {k: v for k, v in _tree(repo).items() if k != pycache}
+    finally:
+        ws.close()
+    assert "__pycache__" not in changes.diff  # caches are not changes
+    assert "\\ No newline at end of file" in changes.diff
+    assert "GIT binary patch" in changes.diff
+
+
+def test_text_that_is_not_utf8_makes_every_patch_binary_and_exact(tmp_path):
+    ws = Workspace(_start, root=tmp_path, policy=SandboxPolicy(isolate=False))
+    try:
+        (ws.path / "pkg" / "mod.py").write_text("def f():\n    return 3\n")
+        (ws.path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+        changes = ws.changes()
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        _start(fresh)
+        changes.apply(fresh)
+        assert _tree(fresh) == _tree(ws.path)
+    finally:
+        ws.close()
+    assert changes.diff.isascii() and changes.diff.count("GIT binary patch") == 2
+
+
+def test_no_change_is_an_empty_diff(tmp_path):
+    ws = Workspace(_start, root=tmp_path, policy=SandboxPolicy(isolate=False))
+    try:
+        assert ws.changes().diff == ""
+    finally:
+        ws.close()
+
+
+def test_a_diff_that_does_not_apply_is_an_error(tmp_path):
+    bad = Changes("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n")
+    with pytest.raises(ChangesError, match="git apply failed"):
+        bad.apply(tmp_path)
