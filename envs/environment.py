@@ -10,7 +10,7 @@ from envs.scoring import Score, score_changes
 from envs.suites import SUITES, load_suite
 from envs.task import EnvError, Task
 from envs.tools import ToolBox, ToolResult, tool_schemas
-from envs.workspace import Workspace
+from envs.workspace import Changes, Workspace
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a Python repository. Explore the code with "
@@ -108,3 +108,9 @@ class Environment:
 
     def episode(self, task_id: str) -> Episode:
         return Episode(self, self.tasks[task_id])
+
+    def score_diff(self, task_id: str, diff: str) -> Score:
+        """Score recorded changes (a record's `final_diff`) as a session's end is scored: a
+        fresh copy of the task, the diff applied with `git apply`, the hidden tests run."""
+        return score_changes(self.tasks[task_id], Changes(diff), self.scratch,
+                             self.cfg.score_timeout_s, self.policy, self.cfg.max_output_chars)

@@ -98,7 +98,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-            ray.init(num_cpus=max(1, round(rollout.workers * rollout.worker_num_cpus + 0.5)),
+            # address="local": a Ray of the job's own, never a cluster found on this machine
+            ray.init(address="local",
+                     num_cpus=max(1, round(rollout.workers * rollout.worker_num_cpus + 0.5)),
                      include_dashboard=False,
                      logging_level=logging.WARNING,
                      log_to_driver=True, configure_logging=False)

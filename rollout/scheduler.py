@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +55,8 @@ class Scheduler:
                 load[w] += 1
             if not pending:
                 continue
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            with _signals_pass_through():
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
                 job, w, worker = pending.pop(ref)
                 load[w] -= 1
@@ -69,10 +71,24 @@ class Scheduler:
 
     def _result(self, ref: ray.ObjectRef, job: Job, w: int, worker: Any) -> dict[str, Any]:
         try:
-            return ray.get(ref)
+            with _signals_pass_through():
+                return ray.get(ref)
         except RayError as exc:  # the actor died: replace it once, and fail this attempt
             log.warning("worker %d failed on %s: %s", w, job.rollout_id, exc)
             if self.workers[w] is worker:
                 self.workers[w] = self.make_worker()
             return error_record(job, self.provenance,
                                 f"worker failed: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _signals_pass_through() -> Iterator[None]:
+    """A signal handler's exception (Ctrl-C, the job's SIGTERM) raised while Ray's Cython code
+    runs comes out as a SystemError caused by it: let the signal's own exception through."""
+    try:
+        yield
+    except SystemError as exc:
+        cause = exc.__cause__
+        if cause is not None and not isinstance(cause, Exception):
+            raise cause from None
+        raise

@@ -110,18 +110,23 @@ def _allowed(mask, vocab: int) -> np.ndarray:
 def test_random_walks_always_end_in_valid_complete_calls(compiler, tokenizer, tools, token_ids,
                                                          choice, parallel, thinking):
     """Sample uniformly among the tokens the grammar allows, as random weights do: every walk
-    ends within the token budget, and every call it contains parses valid."""
+    ends within the token budget, and every call it contains parses valid.
+
+    Each grammar family gets its own compiler, as in an engine of one job: xgrammar 0.2.7's
+    cross-grammar cache mixes up token elements of different grammars (see the next test)."""
     worst = build_grammar(tools, choice, parallel, thinking, 10**6, token_ids).worst_call_tokens
     budget = worst + 64  # little room for free text: walks stay short
     grammar = build_grammar(tools, choice, parallel, thinking, budget, token_ids)
-    compiled = compiler.compile_structural_tag(grammar.json())
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    compiled = xgr.GrammarCompiler(info).compile_structural_tag(grammar.json())
     stops = {token_ids["<|observation|>"], token_ids["<|user|>"], token_ids["<|endoftext|>"],
              tokenizer.eos_token_id}
-    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
     rng = random.Random(f"{choice}{parallel}{thinking}")
     vocab = len(tokenizer)
     for _ in range(4):
-        m = xgr.GrammarMatcher(compiled)
+        # as vLLM builds it: the request's stop tokens (the model's EOS list) end the answer
+        # and are never text inside it
+        m = xgr.GrammarMatcher(compiled, override_stop_tokens=sorted(stops))
         mask = xgr.allocate_token_bitmask(1, vocab)
         out: list[int] = []
         while not m.is_terminated():
@@ -139,3 +144,16 @@ def test_random_walks_always_end_in_valid_complete_calls(compiler, tokenizer, to
         assert all(c.valid for c in parsed.calls), [(c.issues, c.arguments) for c in parsed.calls]
         assert parsed.issues == []
         assert len(parsed.calls) <= (4 if parallel else 1)
+
+
+@pytest.mark.xfail(strict=True, reason="xgrammar 0.2.7/0.2.8: the cross-grammar cache keys a "
+                   "token element by its position, not its token id (fixed upstream in commit "
+                   "3ab88dc0, not released); README: known limits")
+def test_two_grammars_in_one_caching_compiler_keep_their_own_tokens(tokenizer, token_ids):
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    compiler = xgr.GrammarCompiler(info, cache_enabled=True)
+    compiler.compile_grammar(f"root ::= Token({token_ids['<tool_call>']})")
+    think_end = compiler.compile_grammar(f"root ::= Token({token_ids['</think>']})")
+    mask = xgr.allocate_token_bitmask(1, len(tokenizer))
+    xgr.GrammarMatcher(think_end).fill_next_token_bitmask(mask)
+    assert _allowed(mask, len(tokenizer)).tolist() == [token_ids["</think>"]]
