@@ -74,6 +74,9 @@ def test_fix_and_submit_is_rewarded():
     assert "+    return sum(values) / len(values)" in rec["final_diff"]
     assert [m["role"] for m in rec["messages"]] == [
         "system", "user", "assistant", "tool", "assistant", "tool"]
+    # the recorded diff alone re-scores to the same reward (scripts/rescore.py does this)
+    assert ENV.score_diff("stats_mean", rec["final_diff"]).reward == 1.0
+    assert ENV.score_diff("stats_mean", "").reward == 0.0
 
 
 def test_every_prompt_is_the_last_one_plus_what_was_sampled_plus_the_new_messages():
