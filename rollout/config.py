@@ -42,10 +42,25 @@ class RolloutConfig:
     # project: rollfleet's GLM grammar + parser, token-in; stock: the server's, message-in
     tool_constraint: str = field(default="project", metadata={"choices": CONSTRAINTS})
     workers: int = 2  # RolloutWorker actors
-    sessions_per_worker: int = 4  # concurrent sessions per actor
     worker_num_cpus: float = 0.25
+    # how many sessions run at once (rollout/admission.py): kv_budget: as many as the engines'
+    # KV cache holds (at least one group, at most max_sessions); fixed: max_sessions
+    admission: str = field(default="kv_budget", metadata={"choices": ("kv_budget", "fixed")})
+    max_sessions: int = 8
+    kv_fill: float = 0.9  # share of the engines' KV cache that sessions may fill
+    session_tokens_guess: int = 4096  # a session's KV at its end, until sessions have finished
     max_retries: int = 3  # attempts after an infra error
     retry_backoff_s: float = 10.0  # attempt n waits retry_backoff_s * 2^(n-1) (10, 20, 40 s)
+    max_consecutive_infra: int = 20  # infrastructure errors in a row that stop the run
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Where the actors run: null address starts a Ray of the job's own on this host;
+    `ray.address=HOST:PORT` joins an existing cluster (the driver then only aggregates)."""
+
+    address: str | None = None
+    spread: bool = True  # place actors on as many nodes as the cluster has
 
 
 @dataclass(frozen=True)
@@ -56,8 +71,8 @@ class OutputConfig:
 
 
 SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env": EnvConfig,
-                            "rollout": RolloutConfig, "output": OutputConfig,
-                            "logger": LoggerConfig}
+                            "rollout": RolloutConfig, "ray": RayConfig,
+                            "output": OutputConfig, "logger": LoggerConfig}
 
 
 def register_schemas() -> None:

@@ -83,7 +83,8 @@ FEATURES = Features({
     "group_id": Value("string"),
     "sample_index": Value("int32"),
     "attempt": Value("int32"),
-    "status": Value("string"),  # ok | truncated | infra_error
+    "node_id": Value("string"),  # the Ray node whose actor ran the session (and its sandbox)
+    "status": Value("string"),  # ok | truncated | infra_error | error (README: The record)
     "stop_reason": Value("string"),  # submitted | max_turns | max_tokens | context_length | error
     "error": Value("string"),
     "reward": Value("float32"),
@@ -232,6 +233,7 @@ class SessionTrace:
     turns: list[TurnRecord] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     breaks: list[PrefixBreak] = field(default_factory=list)
+    node_id: str = ""
 
 
 def build_record(job: Job, provenance: Provenance, outcome: Outcome,
@@ -247,7 +249,8 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
     return {
         "rollout_id": job.rollout_id, "run_id": provenance.run_id, "task_id": job.task_id,
         "group_id": job.task_id, "sample_index": job.sample_index, "attempt": job.attempt,
-        "status": outcome.status, "stop_reason": outcome.stop_reason, "error": outcome.error,
+        "node_id": trace.node_id, "status": outcome.status, "stop_reason": outcome.stop_reason,
+        "error": outcome.error,
         "reward": outcome.reward,
         "reward_info": {"tests_total": outcome.tests_total, "tests_failed": outcome.tests_failed,
                         "output": outcome.test_output} if scored else None,
@@ -266,9 +269,11 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
     }
 
 
-def error_record(job: Job, provenance: Provenance, error: str) -> dict[str, Any]:
-    """A rollout that never produced a session record (its actor died): an infra error."""
-    return build_record(job, provenance, Outcome("infra_error", "error", error))
+def error_record(job: Job, provenance: Provenance, error: str,
+                 status: str = "infra_error") -> dict[str, Any]:
+    """A rollout that produced no session record: its actor died (`infra_error`, retried), or
+    its code raised (`error`, the traceback in `error`)."""
+    return build_record(job, provenance, Outcome(status, "error", error))
 
 
 def prefix_break(sequence: list[int], prompt: list[int]) -> int | None:

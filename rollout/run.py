@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import httpx
 import hydra
 import ray
 from hydra.core.hydra_config import HydraConfig
@@ -27,8 +26,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import EnvError, load
+from rollout.admission import FixedWindow, KvBudget
 from rollout.config import (
     ConfigError,
+    RolloutConfig,
     config_hash,
     project_root,
     register_schemas,
@@ -36,17 +37,25 @@ from rollout.config import (
 )
 from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
-from rollout.scheduler import Scheduler
+from rollout.scheduler import RunAborted, Scheduler
 from rollout.session import SessionLimits
 from rollout.sink import RecordSink
 from rollout.summary import print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving import Cluster, ServingError, prefix_hits
+from serving import (
+    Cluster,
+    Endpoint,
+    MetricsError,
+    ServingError,
+    engine_urls,
+    kv_state,
+    prefix_hits,
+)
 
 log = logging.getLogger("rollout")
-USER_ERRORS = (ConfigError, ServingError, EnvError)
+USER_ERRORS = (ConfigError, ServingError, EnvError, RunAborted)
 
 
 def _versions() -> str:
@@ -74,6 +83,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     groups = validate(cfg)
     model, serving, env_cfg = groups["model"], groups["serving"], groups["env"]
     rollout, output, logger_cfg = groups["rollout"], groups["output"], groups["logger"]
+    ray_cfg = groups["ray"]
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
 
     env = load(env_cfg)  # validates every task before anything starts
@@ -98,22 +108,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-            # address="local": a Ray of the job's own, never a cluster found on this machine
-            ray.init(address="local",
-                     num_cpus=max(1, round(rollout.workers * rollout.worker_num_cpus + 0.5)),
-                     include_dashboard=False,
-                     logging_level=logging.WARNING,
-                     log_to_driver=True, configure_logging=False)
+            _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)
             signal.signal(signal.SIGTERM, _terminate)  # ray.init installs its own handler
             try:
-                worker_cls = remote_worker(rollout.sessions_per_worker, rollout.worker_num_cpus)
+                per_actor = -(-rollout.max_sessions // rollout.workers)
+                worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
                 limits = SessionLimits(rollout.max_turns, rollout.max_tokens_per_turn,
                                        rollout.max_total_tokens)
                 scheduler = Scheduler(
                     lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits,
                                               int(cfg.seed), provenance),
-                    rollout.workers, rollout.workers * rollout.sessions_per_worker,
-                    rollout.max_retries, provenance, rollout.retry_backoff_s)
+                    rollout.workers, _admission(rollout, endpoint), rollout.max_retries,
+                    provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
+                    lambda: dict(endpoint.engine_names))
                 with _progress() as progress:
                     bar = progress.add_task("sessions", total=len(jobs))
 
@@ -138,11 +145,30 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         tracker.finish(summary)
 
 
+def _init_ray(address: str | None, num_cpus: float) -> None:
+    """address null: a Ray of the job's own ("local": never a cluster found on this host)."""
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True,
+                              "configure_logging": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(address="local", num_cpus=max(1, round(num_cpus + 0.5)),
+                 include_dashboard=False, **kwargs)
+
+
+def _admission(cfg: RolloutConfig, endpoint: Endpoint) -> FixedWindow | KvBudget:
+    if cfg.admission == "fixed":
+        return FixedWindow(cfg.max_sessions)
+    urls = engine_urls(endpoint.metrics_urls)
+    return KvBudget(lambda: [kv_state(u) for u in urls.values()], cfg.samples_per_task,
+                    cfg.max_sessions, cfg.kv_fill, cfg.session_tokens_guess)
+
+
 def _engine_cache(endpoint) -> dict[str, Any]:
     """The engines' own prefix-cache counters (Prometheus), for the summary and wandb."""
     try:
         stats = prefix_hits(endpoint.metrics_urls)
-    except (httpx.HTTPError, ValueError) as exc:
+    except MetricsError as exc:
         log.warning("engine metrics unavailable: %s", exc)
         return {}
     queries = sum(s["queries"] for s in stats.values())

@@ -1,4 +1,16 @@
-"""Hands sessions to RolloutWorker actors, a bounded window in flight; retries infra errors."""
+"""Hands sessions to RolloutWorker actors as admission allows; retries infrastructure failures.
+
+What is retried, and what is not:
+- a record with status `infra_error` (the engine was unreachable or answered 5xx, the sandbox
+  could not start) and an actor that died (its process was killed, its node went away): the
+  rollout runs again as a new attempt, up to `max_retries` times, attempt n after
+  `backoff_s * 2**(n-1)` seconds (a retry outlives an engine restart). An actor that died is
+  replaced by a fresh one.
+- an exception raised by session or environment code (a bug): the rollout is recorded once with
+  status `error` and the traceback, never retried, never scored.
+After `max_consecutive_infra` infrastructure failures in a row the run stops (RunAborted) with
+what finished already on disk.
+"""
 
 from __future__ import annotations
 
@@ -10,30 +22,34 @@ from dataclasses import replace
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 
+from rollout.admission import Admission
 from rollout.record import Job, Provenance, error_record
 
 log = logging.getLogger(__name__)
 
 
+class RunAborted(RuntimeError):
+    """The infrastructure kept failing: the run stops instead of burning every rollout."""
+
+
 class Scheduler:
-    """Least-loaded dispatch over a fixed set of actors.
+    """Least-loaded dispatch over a fixed set of actors, as many in flight as admitted."""
 
-    A session that ends with status `infra_error` (or whose actor died) is run again, up to
-    `max_retries` times, as a new attempt: infrastructure failures never become rewards.
-    Attempt n waits `backoff_s * 2**(n-1)` first, so a retry outlives what failed it (an engine
-    that restarts takes tens of seconds).
-    """
-
-    def __init__(self, make_worker: Callable[[], Any], num_workers: int, window: int,
-                 max_retries: int, provenance: Provenance, backoff_s: float = 0.0) -> None:
+    def __init__(self, make_worker: Callable[[], Any], num_workers: int, admission: Admission,
+                 max_retries: int, provenance: Provenance, backoff_s: float = 0.0,
+                 max_consecutive_infra: int = 20,
+                 engine_names: Callable[[], dict[str, str]] = dict) -> None:
         self.make_worker = make_worker
-        self.provenance = provenance
         self.workers = [make_worker() for _ in range(num_workers)]
-        self.window = window
+        self.admission = admission
         self.max_retries = max_retries
+        self.provenance = provenance
         self.backoff_s = backoff_s
+        self.max_consecutive_infra = max_consecutive_infra
+        self.engine_names = engine_names  # the engines as they are now (restarts rename them)
+        self.consecutive_infra = 0
 
     def run(self, jobs: list[Job], on_record: Callable[[dict[str, Any]], None]) -> None:
         queue = list(reversed(jobs))
@@ -47,11 +63,12 @@ class Scheduler:
             if not pending and not queue:
                 time.sleep(min(1.0, min(due for due, _ in delayed) - now))
                 continue
-            while queue and len(pending) < self.window:
+            limit = self.admission.limit()
+            while queue and len(pending) < limit:
                 job = queue.pop()
                 w = min(range(len(self.workers)), key=load.__getitem__)
                 worker = self.workers[w]
-                pending[worker.run.remote(job)] = (job, w, worker)
+                pending[worker.run.remote(job, self.engine_names())] = (job, w, worker)
                 load[w] += 1
             if not pending:
                 continue
@@ -61,18 +78,34 @@ class Scheduler:
                 job, w, worker = pending.pop(ref)
                 load[w] -= 1
                 record = self._result(ref, job, w, worker)
-                if record["status"] == "infra_error" and job.attempt < self.max_retries:
-                    wait = self.backoff_s * 2 ** job.attempt
-                    log.warning("rollout %s attempt %d failed (%s); retrying in %.0fs",
-                                job.rollout_id, job.attempt, record["error"], wait)
-                    delayed.append((time.monotonic() + wait, replace(job, attempt=job.attempt + 1)))
+                if record["status"] == "infra_error":
+                    self._count_infra(record)
+                    if job.attempt < self.max_retries:
+                        wait = self.backoff_s * 2 ** job.attempt
+                        log.warning("rollout %s attempt %d failed (%s); retrying in %.0fs",
+                                    job.rollout_id, job.attempt, record["error"], wait)
+                        delayed.append((time.monotonic() + wait,
+                                        replace(job, attempt=job.attempt + 1)))
+                        continue
                 else:
-                    on_record(record)
+                    self.consecutive_infra = 0
+                    self.admission.observe(record)
+                on_record(record)
+
+    def _count_infra(self, record: dict[str, Any]) -> None:
+        self.consecutive_infra += 1
+        if self.consecutive_infra >= self.max_consecutive_infra:
+            raise RunAborted(f"{self.consecutive_infra} infrastructure errors in a row (last: "
+                             f"{record['rollout_id']}: {record['error'][:300]}); the records "
+                             "finished so far are on disk")
 
     def _result(self, ref: ray.ObjectRef, job: Job, w: int, worker: Any) -> dict[str, Any]:
         try:
             with _signals_pass_through():
                 return ray.get(ref)
+        except RayTaskError as exc:  # session or environment code raised: a bug, not retried
+            log.error("rollout %s failed with an error in its code:\n%s", job.rollout_id, exc)
+            return error_record(job, self.provenance, str(exc), status="error")
         except RayError as exc:  # the actor died: replace it once, and fail this attempt
             log.warning("worker %d failed on %s: %s", w, job.rollout_id, exc)
             if self.workers[w] is worker:

@@ -75,11 +75,11 @@ def request_seed(base: int, job: Job, turn: int) -> int:
 
 class Session:
     def __init__(self, job: Job, env: Environment, client: ModelClient, limits: SessionLimits,
-                 seed: int, provenance: Provenance) -> None:
+                 seed: int, provenance: Provenance, node_id: str = "") -> None:
         self.job, self.env, self.client, self.limits = job, env, client, limits
         self.seed, self.provenance = seed, provenance
         self.session_id = f"{provenance.run_id}:{job.rollout_id}:{job.attempt}"  # router's key
-        self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]))
+        self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]), node_id=node_id)
         self.prompt_ids = client.first_prompt(self.trace.messages, env.tools)
         self.timings = Timings()
 

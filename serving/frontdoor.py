@@ -70,6 +70,7 @@ class FrontDoor:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
+        self.engine_names = dict(endpoint.engine_names)  # instance id -> name; restarts add
         self.root = endpoint.base_url.removesuffix("/v1")
         self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, headers={
             "Authorization": f"Bearer {endpoint.api_key}"})
@@ -198,7 +199,7 @@ class DynamoFrontDoor(FrontDoor):
         gen.prompt_token_ids = list(nvext.get("prompt_token_ids") or [])
         gen.token_ids = list(nvext.get("completion_token_ids") or [])
         workers = nvext.get("worker_id") or {}
-        names = self.endpoint.engine_names
+        names = self.engine_names
         for key, attr in (("decode_worker_id", "engine_id"),
                           ("prefill_worker_id", "prefill_engine_id")):
             if workers.get(key) is not None:

@@ -1,0 +1,120 @@
+"""The scheduler's rules with real Ray actors whose sessions are scripted: what is retried, after
+how long, what is not, when the run stops, and how many sessions run at once."""
+
+import os
+import time
+
+import pytest
+import ray
+
+from rollout.admission import FixedWindow
+from rollout.record import Job, Outcome, Provenance, build_record
+from rollout.scheduler import RunAborted, Scheduler
+
+PROV = Provenance("run", "m", "/m", "h", 0, "{}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@ray.remote
+class Ledger:
+    """What the scripted workers saw: calls per rollout, sessions in flight, engine names."""
+
+    def __init__(self):
+        self.calls, self.in_flight, self.peak, self.names = {}, 0, 0, []
+
+    def enter(self, rid, names):
+        self.calls[rid] = self.calls.get(rid, 0) + 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        self.names.append(names)
+        return self.calls[rid]
+
+    def leave(self):
+        self.in_flight -= 1
+
+    def state(self):
+        return self.calls, self.peak, self.names
+
+
+@ray.remote(max_concurrency=8)
+class ScriptedWorker:
+    """`plan[rollout_id]` lists, per attempt, what happens: ok, infra, raise, die."""
+
+    def __init__(self, plan, ledger):
+        self.plan, self.ledger = plan, ledger
+
+    async def run(self, job, engine_names):
+        n = await self.ledger.enter.remote(job.rollout_id, engine_names)
+        try:
+            time.sleep(0.2)
+            steps = self.plan.get(job.rollout_id, ["ok"])
+            step = steps[min(n, len(steps)) - 1]
+            if step == "raise":
+                raise ValueError("a bug in session code")
+            if step == "die":
+                os._exit(1)
+            status = "infra_error" if step == "infra" else "ok"
+            return build_record(job, PROV, Outcome(status, "submitted" if status == "ok"
+                                                   else "error", "engine 503" if status != "ok"
+                                                   else "", 1.0 if status == "ok" else None))
+        finally:
+            await self.ledger.leave.remote()
+
+
+def _run(plan, jobs, window=4, retries=2, backoff=0.1, max_infra=20, names=lambda: {}):
+    ledger = Ledger.remote()
+    records = []
+    sched = Scheduler(lambda: ScriptedWorker.remote(plan, ledger), 2, FixedWindow(window),
+                      retries, PROV, backoff, max_infra, names)
+    start = time.monotonic()
+    sched.run(jobs, records.append)
+    calls, peak, seen = ray.get(ledger.state.remote())
+    return records, calls, peak, seen, time.monotonic() - start
+
+
+def test_infra_errors_are_retried_with_backoff_then_recorded():
+    jobs = [Job("a", 0), Job("b", 0)]
+    records, calls, _, _, wall = _run({"a/0": ["infra", "infra", "ok"],
+                                      "b/0": ["infra", "infra", "infra", "infra"]}, jobs,
+                                     backoff=0.5)
+    by_id = {r["rollout_id"]: r for r in records}
+    assert calls == {"a/0": 3, "b/0": 3}  # first attempt + 2 retries
+    assert (by_id["a/0"]["status"], by_id["a/0"]["attempt"]) == ("ok", 2)
+    assert (by_id["b/0"]["status"], by_id["b/0"]["attempt"]) == ("infra_error", 2)
+    assert len(records) == 2  # failed attempts are not recorded, only the last one
+    assert wall >= 0.5 + 1.0  # attempt 1 waited 0.5 s, attempt 2 waited 1.0 s
+
+
+def test_a_bug_in_session_code_is_an_error_with_its_traceback_never_retried():
+    records, calls, _, _, _ = _run({"a/0": ["raise"]}, [Job("a", 0)])
+    [rec] = records
+    assert calls == {"a/0": 1}
+    assert rec["status"] == "error" and "ValueError: a bug in session code" in rec["error"]
+    assert rec["reward"] is None
+
+
+def test_a_dead_actor_is_replaced_and_its_rollout_retried():
+    records, calls, _, _, _ = _run({"a/0": ["die", "ok"]}, [Job("a", 0), Job("b", 0)])
+    assert sorted((r["rollout_id"], r["status"]) for r in records) == [
+        ("a/0", "ok"), ("b/0", "ok")]
+    assert calls["a/0"] == 2
+
+
+def test_too_many_infra_errors_in_a_row_stop_the_run():
+    plan = {f"t/{i}": ["infra"] * 5 for i in range(6)}
+    with pytest.raises(RunAborted, match="3 infrastructure errors in a row"):
+        _run(plan, [Job("t", i) for i in range(6)], retries=0, max_infra=3)
+
+
+def test_no_more_sessions_run_at_once_than_admitted_and_each_sees_the_engines_now():
+    versions = iter(range(1000))
+    _, _, peak, seen, _ = _run({}, [Job("t", i) for i in range(12)], window=3,
+                               names=lambda: {"id": f"v{next(versions)}"})
+    assert peak == 3
+    assert len({n["id"] for n in seen}) == 12  # each dispatch carried the names of that moment
