@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from envs.lease import sweep
 from envs.sandbox import SandboxFailure, SandboxPolicy
 from envs.scoring import Score, score_changes
 from envs.suites import SUITES, load_suite
@@ -85,8 +87,10 @@ class Environment:
         self.scratch = Path(cfg.scratch_dir) if cfg.scratch_dir else None
         try:
             self.policy = SandboxPolicy(**cfg.sandbox)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise EnvError(f"env.sandbox: {exc}") from None
+        # Start-up: the session folders, mounts and cgroups of dead processes go.
+        sweep(self.scratch or Path(tempfile.gettempdir()))
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
         self.tasks = {t.task_id: t for t in self._select(load_suite(cfg))}
         if not self.tasks:

@@ -1,16 +1,16 @@
-"""Commands run isolated: bubblewrap namespaces, an unprivileged uid, and rlimits.
+"""Commands run isolated: bubblewrap namespaces, an unprivileged uid of the session's own, rlimits.
 
 What is isolated: the network (a new, empty network namespace: even loopback servers of the host
 are unreachable), the filesystem (read-only root; only the session's folder is writable; home
-folders, /tmp and the project checkout are hidden behind empty tmpfs mounts), processes (a new PID
-namespace, killed with its parent), and resources: CPU seconds, address space, process count,
-file size and open files by rlimit, wall clock by the caller's timeout, which kills the whole
-process group. Processes run as `nobody` on the host, so the process limit really applies (the
-kernel exempts uid 0 from RLIMIT_NPROC).
+folders, /tmp, the session folders' root and the project checkout are hidden behind empty tmpfs
+mounts), processes (a new PID namespace, killed with its parent), and resources: CPU seconds,
+address space, file size and open files per process by rlimit, wall clock by the caller's
+timeout, which kills the whole process group. Per session (envs.lease): a uid of its own, so the
+process limit (RLIMIT_NPROC; the kernel exempts uid 0) counts this session alone; a cgroup for
+its processes, memory and CPU where the host offers one; a size-limited filesystem for its files.
 
-What is not: total disk use is bounded per file (RLIMIT_FSIZE) and by the wall clock, not by a
-quota; CPU time is per process; the read-only view of the root filesystem still shows system
-files that any local user could read.
+What is not: the read-only view of the root filesystem still shows system files that any local
+user could read; disk bandwidth and the page cache are shared.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import os
 import resource
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NOBODY = 65534
+CGROUP_CHOICES = ("auto", "none")
 
 
 class SandboxFailure(OSError):
@@ -32,15 +33,25 @@ class SandboxFailure(OSError):
 @dataclass(frozen=True)
 class SandboxPolicy:
     isolate: bool = True  # false: plain subprocess in the folder (for debugging only)
-    cpu_s: int = 60
-    memory_mb: int = 2048
-    nprocs: int = 64
+    cpu_s: int = 60  # CPU seconds per process
+    memory_mb: int = 2048  # address space per process; the session's cgroup: this + disk_mb
+    nprocs: int = 64  # processes and threads of one session (its cgroup and its uid)
+    cpu_cores: float = 1.0  # the session's CPU ceiling, in cores (cgroup); <= 0: none
     file_size_mb: int = 64
     open_files: int = 256
-    uid: int = NOBODY
+    disk_mb: int = 512  # the session's files: a tmpfs of this size
+    disk_files: int = 65536  # ... holding at most this many files and folders
+    changes_mb: int = 16  # the largest diff of a session kept and scored; larger fails the agent
+    cgroup: str = field(default="auto", metadata={"choices": CGROUP_CHOICES})  # none: uid only
+    uid_first: int = 1_900_000_000  # sessions run as uids [first, first + count), one each;
+    uid_count: int = 4096           # reserve them: no real user may own one
     hide: tuple[str, ...] = field(default_factory=lambda: _hidden_dirs())
     expose: tuple[str, ...] = field(default_factory=lambda: _interpreter_dirs())
-    mask: tuple[str, ...] = ()  # files that read as empty inside (e.g. a task's unbroken source)
+    mask: tuple[str, ...] = ()  # files unreadable inside (e.g. a task's unbroken source)
+
+    def __post_init__(self) -> None:
+        if self.cgroup not in CGROUP_CHOICES:
+            raise ValueError(f"cgroup must be one of {CGROUP_CHOICES}, not {self.cgroup!r}")
 
 
 def _hidden_dirs() -> tuple[str, ...]:
@@ -66,7 +77,7 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy) -> list[str]:
     if not bwrap_available():
         raise RuntimeError("bubblewrap (bwrap) is not installed; run scripts/setup.sh")
     # No user namespace: bwrap mounts as root (it can read the interpreter under /root), then
-    # setpriv drops to a real unprivileged host uid, so RLIMIT_NPROC applies.
+    # `as_user` drops to a real unprivileged host uid, so RLIMIT_NPROC applies.
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -84,10 +95,15 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy) -> list[str]:
             args += _mount_point(str(workdir), root)
     args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir),
              "--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", str(workdir), "--"]
-    if os.getuid() == 0:
-        args += ["setpriv", f"--reuid={policy.uid}", f"--regid={policy.uid}", "--clear-groups",
-                 "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     return args + argv
+
+
+def as_user(argv: list[str], uid: int | None) -> list[str]:
+    """`argv` run as `uid` (no groups, no capabilities, no way back); None: unchanged."""
+    if uid is None:
+        return argv
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+            "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
 
 
 def _under(path: str, root: str) -> bool:
@@ -103,10 +119,12 @@ def _mount_point(path: str, root: str) -> list[str]:
     return args
 
 
-def limit_child(policy: SandboxPolicy):
-    """A preexec_fn setting the rlimits (in the child, before bwrap; inherited past setpriv)."""
+def limit_child(policy: SandboxPolicy, enter: Callable[[], None] = lambda: None):
+    """A preexec_fn setting the rlimits and joining the session's cgroup (`enter`) in the
+    child, before bwrap; both are inherited past setpriv."""
     def apply() -> None:
         os.setsid()
+        enter()
         mb = 1024 * 1024
         for res, value in ((resource.RLIMIT_CPU, policy.cpu_s),
                            (resource.RLIMIT_AS, policy.memory_mb * mb),
@@ -114,16 +132,16 @@ def limit_child(policy: SandboxPolicy):
                            (resource.RLIMIT_NOFILE, policy.open_files),
                            (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(res, (value, value))
-        if policy.isolate:  # root is exempt; it binds once setpriv switches to the sandbox uid
+        if policy.isolate:  # root is exempt; it binds once setpriv switches to the session uid
             resource.setrlimit(resource.RLIMIT_NPROC, (policy.nprocs, policy.nprocs))
     return apply
 
 
-def give_to_sandbox(path: Path, policy: SandboxPolicy) -> None:
-    """Make a session file or folder (recursively) writable by the sandbox uid."""
-    if not policy.isolate or os.getuid() != 0:
+def give_to_sandbox(path: Path, uid: int | None) -> None:
+    """Make a session file or folder (recursively) belong to the session's uid."""
+    if uid is None:
         return
-    os.lchown(path, policy.uid, policy.uid)
+    os.lchown(path, uid, uid)
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
-            os.lchown(os.path.join(root, name), policy.uid, policy.uid)
+            os.lchown(os.path.join(root, name), uid, uid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,12 @@ class Score:
 
 def score_changes(task: Task, changes: Changes, scratch: Path | None, timeout_s: float,
                   policy: SandboxPolicy, max_output: int = 4000) -> Score:
-    """Materialize the task afresh, apply `changes`, add the hidden tests, run them."""
+    """Materialize the task afresh, apply `changes`, add the hidden tests, run them. Changes
+    too large to keep, or to fit the disk quota with the hidden tests, fail the agent, with the
+    reason as the score's output."""
+    if changes.refused:
+        return Score(0.0, 0, 0, f"[changes not scored: {changes.refused}]")
+
     def populate(dest: Path) -> None:
         task.repo.materialize(dest)
         changes.apply(dest)
@@ -33,6 +39,9 @@ def score_changes(task: Task, changes: Changes, scratch: Path | None, timeout_s:
     try:
         ws = Workspace(populate, root=scratch, prefix=f"score-{task.task_id}-", policy=policy)
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:  # the agent's files had taken the room
+            return Score(0.0, 0, 0, "[changes not scored: with the hidden tests they are over "
+                         "the session's disk quota (sandbox disk_mb)]", changes.diff)
         return Score(0.0, 0, 0, "", changes.diff, infra_error=f"scoring sandbox failed: {exc}")
     try:  # graded on the whole report (up to GRADE_OUTPUT), stored cut to max_output
         res = ws.run(task.repo.hidden_test_argv(ws.python()), timeout_s, GRADE_OUTPUT)

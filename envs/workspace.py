@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import shutil
+import resource
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envs.sandbox import SandboxFailure, SandboxPolicy, give_to_sandbox, limit_child, wrap
+from envs.lease import SessionLease
+from envs.sandbox import SandboxFailure, SandboxPolicy, as_user, give_to_sandbox, limit_child, wrap
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,10 @@ class ChangesError(OSError):
     """git could not record or replay a session's changes."""
 
 
+class _TooLarge(Exception):
+    """git wrote past the diff limit."""
+
+
 @dataclass(frozen=True)
 class Changes:
     """What a session did to its repository, as `git diff --binary` from the starting tree:
@@ -35,8 +41,11 @@ class Changes:
     whatever the files are (binary, non-UTF-8, odd names, modes, deletions)."""
 
     diff: str
+    refused: str | None = None  # why there is no diff (too large to keep): the agent failed
 
     def apply(self, root: Path) -> None:
+        if self.refused:
+            raise ChangesError(f"changes were refused: {self.refused}")
         if not self.diff:
             return
         # The ceiling keeps git from treating an enclosing checkout as the repository.
@@ -45,9 +54,13 @@ class Changes:
                               cwd=root, input=self.diff.encode(), env=env, capture_output=True,
                               check=False)
         if proc.returncode != 0:
-            raise ChangesError(f"git apply failed: {proc.stderr.decode(errors='replace')[:500]}")
+            err = f"git apply failed: {proc.stderr.decode(errors='replace')[:500]}"
+            if "No space left on device" in err:  # a disk quota, full: tell it by its errno
+                raise ChangesError(errno.ENOSPC, err)
+            raise ChangesError(err)
 
 
+MB = 1024 * 1024
 # git as a tool, never as the user's: no system or global config, no pager, no locale surprises.
 _GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
@@ -59,44 +72,75 @@ _GIT_ADD = ("add", "--all", "--force", "--", ".", ":(exclude,glob)**/__pycache__
 
 class RepoHistory:
     """The starting tree of a workspace in a git repository kept OUTSIDE it (the agent cannot
-    see or rewrite it); `diff()` records everything changed since."""
+    see or rewrite it); `diff()` records everything changed since.
 
-    def __init__(self, git_dir: Path, work_tree: Path) -> None:
-        self.git_dir, self.work_tree = git_dir, work_tree
+    On the agent's files (`diff`), git runs as root inside the session's cgroup (`enter`): what
+    it reads is bounded by the session's disk quota, what it holds by the session's memory, and
+    the diff it writes by `diff`'s limit. The starting tree is the task's own: git runs unbound
+    (a preexec hook costs a slower fork, 2 ms a call).
+    """
+
+    def __init__(self, git_dir: Path, work_tree: Path,
+                 enter: Callable[[], None] = lambda: None) -> None:
+        self.git_dir, self.work_tree, self.enter = git_dir, work_tree, enter
         self._git("init", "-q")
         self.start = self._tree()
 
-    def _git(self, *args: str) -> bytes:
+    def _git(self, *args: str, bound: bool = False, out=None,
+             max_bytes: int | None = None) -> bytes:
+        """git's stdout (or None where it went to the file `out`, cut at `max_bytes`)."""
+        def limit() -> None:
+            self.enter()
+            if max_bytes is not None:  # one byte past the limit: a diff over it is refused
+                resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes + 1, max_bytes + 1))
+
         # safe.directory: the work tree belongs to the sandbox user, git runs as the host's
         proc = subprocess.run(["git", "-c", "safe.directory=*", "-c", "core.quotepath=true",
                                "-c", "core.autocrlf=false", f"--git-dir={self.git_dir}",
                                f"--work-tree={self.work_tree}", *args],
-                              env=_GIT_ENV, capture_output=True, check=False)
+                              env=_GIT_ENV, stdout=out or subprocess.PIPE,
+                              stderr=subprocess.PIPE, preexec_fn=limit if bound else None,
+                              check=False)
+        if proc.returncode == -signal.SIGXFSZ:
+            raise _TooLarge()
         if proc.returncode != 0:
             raise ChangesError(f"git {args[0]} failed: "
                                f"{proc.stderr.decode(errors='replace')[:500]}")
         return proc.stdout
 
-    def _tree(self) -> str:
-        self._git(*_GIT_ADD)
-        return self._git("write-tree").decode().strip()
+    def _tree(self, bound: bool = False) -> str:
+        self._git(*_GIT_ADD, bound=bound)
+        return self._git("write-tree", bound=bound).decode().strip()
 
-    def diff(self) -> Changes:
+    def diff(self, max_bytes: int) -> Changes:
         """The diff as text; if some changed text is not UTF-8 (a record holds text), every
-        file's change is written as a binary patch instead (ASCII, still exact)."""
-        end = self._tree()
-        args = ("diff", "--binary", "--full-index", "--no-renames", "--no-color",
-                "--no-ext-diff", self.start, end)
-        raw = self._git(*args)
+        file's change is written as a binary patch instead (ASCII, still exact). A diff over
+        `max_bytes` is refused, with the reason."""
+        end = self._tree(bound=True)
         try:
-            return Changes(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            attributes = self.git_dir / "info" / "attributes"
-            attributes.write_text("* binary\n")
+            raw = self._bounded_diff(end, max_bytes)
             try:
-                return Changes(self._git(*args).decode("ascii"))
-            finally:
-                attributes.unlink()
+                return Changes(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                attributes = self.git_dir / "info" / "attributes"
+                attributes.write_text("* binary\n")
+                try:
+                    return Changes(self._bounded_diff(end, max_bytes).decode("ascii"))
+                finally:
+                    attributes.unlink()
+        except _TooLarge:
+            return Changes("", refused=f"the changes' diff is over the {max_bytes // MB} MB "
+                                       f"limit (sandbox changes_mb)")
+
+    def _bounded_diff(self, end: str, max_bytes: int) -> bytes:
+        with tempfile.TemporaryFile(dir=self.git_dir) as out:
+            self._git("diff", "--binary", "--full-index", "--no-renames", "--no-color",
+                      "--no-ext-diff", self.start, end, bound=True, out=out,
+                      max_bytes=max_bytes)
+            if out.seek(0, os.SEEK_END) > max_bytes:
+                raise _TooLarge()
+            out.seek(0)
+            return out.read()
 
 
 class Workspace:
@@ -108,23 +152,27 @@ class Workspace:
 
     def __init__(self, populate: Callable[[Path], None], root: Path | None = None,
                  prefix: str = "ws-", policy: SandboxPolicy | None = None) -> None:
-        self.policy = policy or SandboxPolicy()
+        policy = policy or SandboxPolicy()
         root = root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
-        self.home = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-        self.path = self.home / "repo"
-        self.path.mkdir()
+        if not any(str(root) == h or str(root).startswith(h.rstrip("/") + "/")
+                   for h in policy.hide):  # other sessions' folders stay out of sight
+            policy = replace(policy, hide=(*policy.hide, str(root)))
+        self.policy = policy
+        self.lease = SessionLease(root, prefix, policy)
+        self.home, self.path = self.lease.home, self.lease.repo
         try:
             populate(self.path)
-            self.history = RepoHistory(self.home / "git", self.path)
+            self.history = RepoHistory(self.home / "git", self.path, self.lease.enter)
+            give_to_sandbox(self.path, self.lease.uid)
         except BaseException:
             self.close()
             raise
-        give_to_sandbox(self.path, self.policy)
 
     def changes(self) -> Changes:
-        """Everything changed, added or removed since the workspace was populated."""
-        return self.history.diff()
+        """Everything changed, added or removed since the workspace was populated; refused
+        (a scored failure) when its diff is over the policy's changes_mb."""
+        return self.history.diff(self.policy.changes_mb * MB)
 
     def resolve(self, rel: str) -> Path:
         """A path inside the workspace; refuses anything that escapes it."""
@@ -143,7 +191,7 @@ class Workspace:
         for path in (target, *target.parents):
             if path == self.path:
                 break
-            give_to_sandbox(path, self.policy)
+            give_to_sandbox(path, self.lease.uid)
 
     def run(self, argv: list[str], timeout_s: float, max_output: int,
             env: dict[str, str] | None = None) -> CommandResult:
@@ -152,10 +200,11 @@ class Workspace:
                 "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                 "LANG": "C.UTF-8"}
         with tempfile.TemporaryFile(dir=self.home) as out:
-            proc = subprocess.Popen(wrap(argv, self.path, self.policy), cwd=self.path,
-                                    env={**base, **(env or {})}, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=limit_child(self.policy))
+            proc = subprocess.Popen(wrap(as_user(argv, self.lease.uid), self.path, self.policy),
+                                    cwd=self.path, env={**base, **(env or {})},
+                                    stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT,
+                                    preexec_fn=limit_child(self.policy, self.lease.enter))
             try:
                 proc.wait(timeout=timeout_s)
                 timed_out = False
@@ -177,7 +226,8 @@ class Workspace:
         return sys.executable
 
     def close(self) -> None:
-        shutil.rmtree(self.home, ignore_errors=True)
+        """Kill what is left of the session, unmount its disk, remove its folder and cgroup."""
+        self.lease.close()
 
 
 def _children(pid: int) -> list[int]:

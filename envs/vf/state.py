@@ -10,4 +10,6 @@ class WorkspaceState(vf.State):
 
     diff: str = ""
     """The session's changes as `git diff --binary` from the starting tree (envs.workspace)."""
+    refused: str = ""
+    """Why there is no diff (over the sandbox's changes_mb): scored as the agent's failure."""
     submitted: bool = False

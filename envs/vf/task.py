@@ -58,6 +58,6 @@ class RollfleetTask(vf.Task[RollfleetData, WorkspaceState, RollfleetTaskConfig])
 
     def _score(self, state: WorkspaceState) -> Score:
         env = environment_for(self.config.env)
-        return score_changes(env.tasks[self.data.id], Changes(state.diff),
+        return score_changes(env.tasks[self.data.id], Changes(state.diff, state.refused or None),
                              env.scratch, env.cfg.score_timeout_s, env.policy,
                              env.cfg.max_output_chars)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import signal
 
 import verifiers.v1 as vf
 
@@ -40,6 +41,9 @@ class WorkspaceToolset(vf.Toolset[WorkspaceToolsConfig, WorkspaceState]):
         env = environment_for(self.config.env)
         self._episode = await asyncio.to_thread(env.episode, task.id)
         atexit.register(self._episode.close)
+        # uvicorn re-raises the SIGTERM that stopped it once it is down; dying of it would skip
+        # atexit and leave the session's mount and cgroup behind until the next start-up.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
 
     @vf.tool
     async def bash(self, command: str) -> str:
@@ -76,9 +80,13 @@ class WorkspaceToolset(vf.Toolset[WorkspaceToolsConfig, WorkspaceState]):
             raise RuntimeError("this tool server has no task: it serves one rollout")
         result = await asyncio.to_thread(self._episode.call, name, arguments)
         changes = await asyncio.to_thread(self._episode.workspace.changes)
-        self.state.diff = changes.diff
+        self.state.diff, self.state.refused = changes.diff, changes.refused or ""
         self.state.submitted = self.state.submitted or result.submitted
         return result.output
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from envs import EnvConfig, load
 from envs.sandbox import SandboxPolicy
 from envs.workspace import Changes, ChangesError, Workspace
 
@@ -86,3 +87,18 @@ def test_a_diff_that_does_not_apply_is_an_error(tmp_path):
     bad = Changes("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n")
     with pytest.raises(ChangesError, match="git apply failed"):
         bad.apply(tmp_path)
+
+
+def test_changes_over_the_limit_fail_the_agent_with_the_reason():
+    """Even with the fix in, 3 MB of noise makes a diff over changes_mb=1: no diff is kept,
+    the score is a 0 (never an infrastructure error) and says why."""
+    env = load(EnvConfig(sandbox={"changes_mb": 1}))
+    with env.episode("stats_mean") as episode:
+        for path, text in env.tasks["stats_mean"].repo.reference_fix().items():
+            episode.workspace.write_text(path, text)
+        episode.workspace.run(["bash", "-c", "head -c 3M /dev/urandom > noise"], 10, 100)
+        changes = episode.workspace.changes()
+        score = episode.score()
+    assert changes.diff == "" and "over the 1 MB limit" in changes.refused
+    assert score.reward == 0.0 and score.infra_error is None
+    assert score.output.startswith("[changes not scored: the changes' diff is over the 1 MB")

@@ -1,0 +1,98 @@
+"""What a session holds on the host is given back: at close, and at the next start-up when its
+owner was killed; nothing of a live owner's is touched."""
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envs import EnvConfig, Environment
+from envs.lease import UID_LOCKS, start_time
+from envs.workspace import Workspace
+
+PROJECT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="quotas, uids and cgroups need root")
+
+# A host process that opens a session in each folder it is given, leaves a process in the
+# first one's cgroup that does not die with it (as an escaped daemon would), and waits to die.
+OWNER = """
+import subprocess, sys, time
+from pathlib import Path
+from envs.workspace import Workspace
+sessions = [Workspace(lambda d: (d / "x.py").write_text("x = 1"), root=Path(root))
+            for root in sys.argv[1:]]
+stray = subprocess.Popen(["sleep", "1000"], preexec_fn=sessions[0].lease.enter,
+                         start_new_session=True)
+print(stray.pid, *[ws.home for ws in sessions], flush=True)
+print(*[g for ws in sessions for g in ws.lease.groups], flush=True)
+time.sleep(1000)
+"""
+
+
+def _mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path)
+               for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
+    """The owner's session folder under the scratch root, its session elsewhere (found by its
+    mount) whose record of cgroups was deleted (found by name), its escaped process."""
+    scratch, elsewhere = tmp_path / "scratch", tmp_path / "elsewhere"
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(scratch), str(elsewhere)],
+                             cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    stray, *homes = owner.stdout.readline().split()
+    groups = [Path(g) for g in owner.stdout.readline().split()]
+    stray, homes = int(stray), [Path(h) for h in homes]
+    owner.kill()
+    owner.wait()
+    assert all(h.is_dir() and _mounted(h / "repo") for h in homes)
+    assert all(g.is_dir() for g in groups)
+    (homes[1] / "cgroups").unlink()
+    live = Workspace(lambda d: None, root=scratch)
+    reused = scratch / f"rf.{os.getpid()}.{start_time(os.getpid()) + 1}.x"  # pid reused
+    kept = [scratch / "rf.not-a-session", scratch / "somebody-elses", live.home]
+    for folder in (reused, *kept[:2]):
+        folder.mkdir()
+    try:
+        Environment(EnvConfig(scratch_dir=str(scratch)))  # start-up
+        assert not any(h.exists() or _mounted(h / "repo") for h in homes)
+        assert not reused.exists() and not any(g.exists() for g in groups)
+        if groups:  # the escaped process went with its cgroup
+            assert not _running(stray)
+        assert all(k.is_dir() for k in kept) and _mounted(live.path)
+        assert all(g.is_dir() for g in live.lease.groups)
+        assert live.run(["true"], 5, 100).exit_code == 0
+    finally:
+        live.close()
+        if _running(stray):
+            os.kill(stray, 9)
+
+
+def test_close_gives_everything_back(tmp_path):
+    ws = Workspace(lambda d: None, root=tmp_path)
+    stray = subprocess.Popen(["sleep", "1000"], preexec_fn=ws.lease.enter,
+                             start_new_session=True)
+    uid, groups = ws.lease.uid, ws.lease.groups
+    start = time.perf_counter()
+    ws.close()
+    assert time.perf_counter() - start < 2
+    assert not ws.home.exists() and not _mounted(ws.path)
+    assert not any(g.exists() for g in groups)
+    if groups:
+        assert stray.wait(timeout=5) == -9
+    else:
+        stray.kill()
+    with open(UID_LOCKS / str(uid)) as lock:  # the uid is free again
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
