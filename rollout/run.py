@@ -11,6 +11,7 @@ import json
 import logging
 import platform
 import signal
+import socket
 import sys
 import time
 from importlib import metadata
@@ -86,6 +87,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ray_cfg = groups["ray"]
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
 
+    _check_ray(ray_cfg.address)
     env = load(env_cfg)  # validates every task before anything starts
     sink = RecordSink(run_dir, output.shard_size)
     done = sink.done_ids()
@@ -143,6 +145,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return summary
     finally:
         tracker.finish(summary)
+
+
+def _check_ray(address: str | None) -> None:
+    """A configured cluster must answer before anything starts (Ray retries for minutes)."""
+    if not address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"ray.address={address}: no Ray cluster answers there "
+                          f"({type(exc).__name__}: {exc})") from None
 
 
 def _init_ray(address: str | None, num_cpus: float) -> None:

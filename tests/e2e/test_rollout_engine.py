@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,10 +65,14 @@ def _ray_node(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
 
 def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
     before = process_table()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # rollout/ keeps its own Ray on loopback with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which
+    # `ray start` reads as "no multi-node clusters": the nodes run without it
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env["RAY_AUTH_MODE"] = "disabled"
     port = 20000 + os.getpid() % 10000
+    temp = Path(f"/tmp/rf-ray-{os.getpid()}")  # Ray's socket paths must stay under 108 bytes
     head = _ray_node("--head", f"--port={port}", "--include-dashboard=false",
-                     f"--temp-dir={tmp_path / 'ray'}", env=env, log=tmp_path / "head.log")
+                     f"--temp-dir={temp}", env=env, log=tmp_path / "head.log")
     nodes = [head]
     try:
         time.sleep(8)
@@ -85,6 +90,7 @@ def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
         for node in nodes:
             os.killpg(node.pid, signal.SIGKILL)
             node.wait()
+        shutil.rmtree(temp, ignore_errors=True)
     deadline = time.monotonic() + 120  # Ray's agents notice their raylet is gone by themselves
     while new_job_processes(before) and time.monotonic() < deadline:
         time.sleep(2)
