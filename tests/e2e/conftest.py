@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -17,7 +18,5 @@ def no_leftover_jobs():
     for pid, cmd in process_table().items():
         if pid not in before and pid != os.getpid() and (
                 "rollout.run" in cmd or any(m in cmd for m in STARTED_BY_JOB)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
