@@ -79,6 +79,24 @@ def test_memory_over_the_limit_is_killed_in_the_group_alone(group):
     assert proc.returncode == -9 and b"ALLOCATED" not in out  # the OOM killer, in this group
 
 
+def test_the_cpu_ceiling_binds():
+    """Two spinners for 1.5 s in a group held to 0.2 cores: throttled, at most ~0.3 s of CPU."""
+    dirs = cgroups.create(LAYOUT, f"rf-test-{uuid.uuid4().hex[:8]}", nprocs=10,
+                          memory_bytes=64 * 1024 * 1024, cpu_cores=0.2)
+    try:
+        cpu_stat = next((d / "cpu.stat" for d in dirs if (d / "cpu.stat").exists()), None)
+        if cpu_stat is None:
+            pytest.skip("no cpu controller in the session's groups")
+        spin = ("import os, time\nos.fork()\nend = time.monotonic() + 1.5\n"
+                "while time.monotonic() < end: pass\nos.write(1, b'%f\\n' % time.process_time())")
+        out, _ = _spawn(dirs, sys.executable, "-c", spin).communicate(timeout=30)
+        used = sum(float(x) for x in out.split())
+        stat = dict(line.split()[:2] for line in cpu_stat.read_text().splitlines())
+    finally:
+        cgroups.remove(dirs)
+    assert int(stat["nr_throttled"]) > 0 and used < 0.2 * 1.5 * 1.3 + 0.1, (used, stat)
+
+
 def _state(pid: int) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

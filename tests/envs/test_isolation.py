@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from envs import EnvConfig, load
-from envs.cgroups import detect
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="per-session uids and quotas need root")
 LIMITS = {"nprocs": 32, "disk_mb": 32, "cpu_cores": 1.0}
@@ -77,12 +76,11 @@ def with_hostile_neighbour(env, task_ids: list[str]):
             _wait_until_full(ws.path)
             with ThreadPoolExecutor(len(task_ids)) as pool:
                 runs = list(pool.map(lambda t: ordinary(env, t), task_ids))
-            throttled = _cpu_throttled(ws.lease.groups)
         finally:
             (ws.path / "running").unlink(missing_ok=True)
             thread.join(timeout=60)
         score = hostile.score()
-    return runs, result["res"], score, throttled
+    return runs, result["res"], score
 
 
 def _wait_until_full(path, timeout_s: float = 60.0) -> None:
@@ -96,16 +94,7 @@ def _wait_until_full(path, timeout_s: float = 60.0) -> None:
     raise AssertionError("the hostile session never filled its disk")
 
 
-def _cpu_throttled(groups) -> int | None:
-    for d in groups:
-        if (d / "cpu.stat").exists():
-            stat = dict(line.split()[:2] for line in (d / "cpu.stat").read_text().splitlines())
-            if "nr_throttled" in stat:
-                return int(stat["nr_throttled"])
-    return None
-
-
-def _check_hostile(res, score, throttled, cgroup: str) -> None:
+def _check_hostile(res, score) -> None:
     lines = res.output.splitlines()
     fork = next(line.split() for line in lines if line.startswith("fork refused"))
     disk = next(line.split() for line in lines if line.startswith("disk refused"))
@@ -113,8 +102,6 @@ def _check_hostile(res, score, throttled, cgroup: str) -> None:
     assert disk[-1] == "28" and int(disk[3]) <= LIMITS["disk_mb"]  # ENOSPC at the quota
     assert score.infra_error is None and score.reward == 0.0  # the agent's failure
     assert "over the session's disk quota" in score.output
-    if cgroup == "auto" and detect() is not None:
-        assert throttled and throttled > 0  # its spinners were held to cpu_cores
 
 
 def _check_as_alone(runs, alone) -> None:
@@ -128,8 +115,8 @@ def _check_as_alone(runs, alone) -> None:
 def test_two_sessions(cgroup):
     env = _env(cgroup)
     alone = [ordinary(env, "stats_mean")]
-    runs, res, score, throttled = with_hostile_neighbour(env, ["stats_mean"])
-    _check_hostile(res, score, throttled, cgroup)
+    runs, res, score = with_hostile_neighbour(env, ["stats_mean"])
+    _check_hostile(res, score)
     _check_as_alone(runs, alone)
 
 
@@ -138,6 +125,6 @@ def test_eight_sessions():
     tasks = sorted(env.tasks)
     task_ids = [tasks[i % len(tasks)] for i in range(7)]
     alone = {t: ordinary(env, t) for t in tasks}
-    runs, res, score, throttled = with_hostile_neighbour(env, task_ids)
-    _check_hostile(res, score, throttled, "auto")
+    runs, res, score = with_hostile_neighbour(env, task_ids)
+    _check_hostile(res, score)
     _check_as_alone(runs, [alone[t] for t in task_ids])
