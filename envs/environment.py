@@ -106,6 +106,11 @@ class Environment:
             tasks = [t for t in tasks if t.task_id in set(self.cfg.task_ids)]
         return tasks[: self.cfg.max_tasks] if self.cfg.max_tasks else tasks
 
+    def labels(self, task_id: str) -> tuple[str, str]:
+        """(difficulty, category) of a task, for records and reports."""
+        task = self.tasks[task_id]
+        return task.difficulty, task.category
+
     def prompt(self, task: Task) -> list[dict]:
         return [{"role": "system", "content": self.cfg.system_prompt},
                 {"role": "user", "content": task.statement}]

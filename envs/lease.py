@@ -37,6 +37,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class SessionLease:
+    """One session's folder (`home`), its agent's files (`repo`), `uid` and cgroup `groups`."""
+
     def __init__(self, root: Path, prefix: str, policy: SandboxPolicy) -> None:
         pid = os.getpid()
         self.home = Path(tempfile.mkdtemp(prefix=f"rf.{pid}.{start_time(pid)}.{prefix}",

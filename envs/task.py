@@ -51,6 +51,7 @@ class Task:
     repo: TaskRepo
     difficulty: str = "unknown"
     suite: str = ""
+    category: str = ""  # what reports group by beside difficulty: stdlib module, swebench repo
 
 
 def warn_bad_task(exc: EnvError) -> None:

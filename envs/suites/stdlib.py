@@ -55,5 +55,6 @@ class StdlibRepo:
 
 def load_stdlib_suite(path: Path | None, on_bad_task: str) -> list[Task]:
     rows = load_rows(path or BUILTIN, on_bad=on_bad_task)
-    return [Task(r.task_id, r.statement, StdlibRepo(r), r.difficulty, suite="stdlib")
+    return [Task(r.task_id, r.statement, StdlibRepo(r), r.difficulty, suite="stdlib",
+                 category=r.module)
             for r in rows]

@@ -102,7 +102,7 @@ def task_from_row(row: dict[str, Any], base: Path) -> Task:
                        _ids(row["FAIL_TO_PASS"], "FAIL_TO_PASS", iid),
                        _ids(row["PASS_TO_PASS"], "PASS_TO_PASS", iid), row.get("test_cmd"))
     return Task(iid, row["problem_statement"], git_repo, row.get("difficulty") or "unknown",
-                suite="swebench")
+                suite="swebench", category=str(row["repo"]))
 
 
 def load_swebench(path: Path, on_bad_task: str) -> list[Task]:

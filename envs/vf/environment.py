@@ -49,6 +49,12 @@ class VerifiersEnvironment:
         self._shared_stack = AsyncExitStack()
         self._shared_lock: asyncio.Lock | None = None
 
+    def labels(self, task_id: str) -> tuple[str, str]:
+        """(difficulty, category) of a task, for records and reports (our RollfleetData rows
+        carry a difficulty; other tasksets' rows may not)."""
+        data = self.tasks[task_id].data
+        return str(getattr(data, "difficulty", "unknown")), str(getattr(data, "suite", ""))
+
     def prompt(self, task: vf.Task) -> list[dict]:
         data = task.data
         messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
