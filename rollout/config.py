@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from envs import EnvConfig
+from rollout.corpus import CorpusConfig
 from rollout.model_client import CONSTRAINTS
 from rollout.tracking import LoggerConfig
 from serving import ModelConfig, ServingConfig
@@ -72,7 +73,8 @@ class OutputConfig:
 
 SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env": EnvConfig,
                             "rollout": RolloutConfig, "ray": RayConfig,
-                            "output": OutputConfig, "logger": LoggerConfig}
+                            "corpus": CorpusConfig, "output": OutputConfig,
+                            "logger": LoggerConfig}
 
 
 def register_schemas() -> None:

@@ -84,6 +84,8 @@ FEATURES = Features({
     "sample_index": Value("int32"),
     "attempt": Value("int32"),
     "node_id": Value("string"),  # the Ray node whose actor ran the session (and its sandbox)
+    "task_difficulty": Value("string"),  # the task's labels, for reports (envs: Task)
+    "task_category": Value("string"),
     "status": Value("string"),  # ok | truncated | infra_error | error (README: The record)
     "stop_reason": Value("string"),  # submitted | max_turns | max_tokens | context_length | error
     "error": Value("string"),
@@ -234,6 +236,7 @@ class SessionTrace:
     messages: list[dict[str, Any]] = field(default_factory=list)
     breaks: list[PrefixBreak] = field(default_factory=list)
     node_id: str = ""
+    labels: tuple[str, str] = ("", "")  # the task's (difficulty, category)
 
 
 def build_record(job: Job, provenance: Provenance, outcome: Outcome,
@@ -249,7 +252,9 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
     return {
         "rollout_id": job.rollout_id, "run_id": provenance.run_id, "task_id": job.task_id,
         "group_id": job.task_id, "sample_index": job.sample_index, "attempt": job.attempt,
-        "node_id": trace.node_id, "status": outcome.status, "stop_reason": outcome.stop_reason,
+        "node_id": trace.node_id, "task_difficulty": trace.labels[0],
+        "task_category": trace.labels[1], "status": outcome.status,
+        "stop_reason": outcome.stop_reason,
         "error": outcome.error,
         "reward": outcome.reward,
         "reward_info": {"tests_total": outcome.tests_total, "tests_failed": outcome.tests_failed,

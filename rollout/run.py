@@ -36,6 +36,8 @@ from rollout.config import (
     register_schemas,
     validate,
 )
+from rollout.corpus import build as build_corpus
+from rollout.corpus import corpus_message, source_of
 from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
@@ -82,69 +84,85 @@ def _terminate(signum: int, _frame: Any) -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     groups = validate(cfg)
-    model, serving, env_cfg = groups["model"], groups["serving"], groups["env"]
-    rollout, output, logger_cfg = groups["rollout"], groups["output"], groups["logger"]
-    ray_cfg = groups["ray"]
-    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
-
-    _check_ray(ray_cfg.address)
-    env = load(env_cfg)  # validates every task before anything starts
-    sink = RecordSink(run_dir, output.shard_size)
+    _check_ray(groups["ray"].address)
+    env = load(groups["env"])  # validates every task before anything starts
+    sink = RecordSink(run_dir, groups["output"].shard_size)
     done = sink.done_ids()
-    jobs = [Job(t, i) for t in env.tasks for i in range(rollout.samples_per_task)
+    jobs = [Job(t, i) for t in env.tasks for i in range(groups["rollout"].samples_per_task)
             if f"{t}/{i}" not in done]
     if done:
-        log.info("resuming %s: %d rollouts already recorded", run_dir, len(done))
-    tracker = RunLogger(logger_cfg, run_dir, f"{cfg.run_name}-{run_dir.name}",
+        log.info("resuming %s: %d rollouts already recorded%s", run_dir, len(done),
+                 "" if jobs else "; nothing left to run")
+    tracker = RunLogger(groups["logger"], run_dir, f"{cfg.run_name}-{run_dir.name}",
                         OmegaConf.to_container(cfg, resolve=True))
     summary: dict[str, Any] | None = None
-    engine_cache: dict[str, Any] = {}
     start = time.perf_counter()
     try:
-        with Cluster(serving, model, run_dir, cache_dir) as endpoint:
-            provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
-                                    config_hash(cfg), int(cfg.seed), _versions())
-            sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
-                                      rollout.parallel_tool_calls, rollout.tool_constraint)
-            try:
-                ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)
-            signal.signal(signal.SIGTERM, _terminate)  # ray.init installs its own handler
-            try:
-                per_actor = -(-rollout.max_sessions // rollout.workers)
-                worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
-                limits = SessionLimits(rollout.max_turns, rollout.max_tokens_per_turn,
-                                       rollout.max_total_tokens)
-                scheduler = Scheduler(
-                    lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits,
-                                              int(cfg.seed), provenance),
-                    rollout.workers, _admission(rollout, endpoint), rollout.max_retries,
-                    provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
-                    lambda: dict(endpoint.engine_names))
-                with _progress() as progress:
-                    bar = progress.add_task("sessions", total=len(jobs))
-
-                    def on_record(record: dict[str, Any]) -> None:
-                        sink.write(record)  # on disk before it counts as done
-                        tracker.log_record(record)
-                        progress.advance(bar)
-
-                    scheduler.run(jobs, on_record)
-                engine_cache = _engine_cache(endpoint)
-            finally:
-                ray.shutdown()
+        engine_cache = _generate(cfg, groups, jobs, run_dir, sink, tracker) if jobs else {}
         dataset = sink.finalize()
+        records = dataset.to_list()
         trainer = save_trainer_view(dataset, run_dir / "trainer")
-        summary = summarize(dataset.to_list(), time.perf_counter() - start) | engine_cache
+        summary = summarize(records, time.perf_counter() - start) | engine_cache
         summary.update(rollouts_this_run=len(jobs), dataset=str(sink.dataset_dir),
                        dataset_rows=len(dataset), trainer_rows=len(trainer))
+        if groups["corpus"].enabled:
+            sft, _, removed = build_corpus(records, env.tools, groups["corpus"],
+                                           run_dir / "corpus", source_of(run_dir, records, cfg))
+            summary["corpus_rows"] = len(sft)
+            print(corpus_message(len(sft), len(records), removed, run_dir / "corpus"),
+                  file=sys.stderr)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         print_summary(summary)
         return summary
     finally:
         tracker.finish(summary)
+
+
+def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir: Path,
+              sink: RecordSink, tracker: RunLogger) -> dict[str, Any]:
+    """Serve the model, run the jobs on Ray actors, write each record as it lands; returns the
+    engines' prefix-cache figures."""
+    model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
+    env_cfg = groups["env"]
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
+    with Cluster(groups["serving"], model, run_dir, cache_dir) as endpoint:
+        provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
+                                config_hash(cfg), int(cfg.seed), _versions())
+        sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
+                                  rollout.parallel_tool_calls, rollout.tool_constraint)
+        try:
+            ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)
+        signal.signal(signal.SIGTERM, _terminate)  # ray.init installs its own handler
+        try:
+            per_actor = -(-rollout.max_sessions // rollout.workers)
+            worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
+            limits = SessionLimits(rollout.max_turns, rollout.max_tokens_per_turn,
+                                   rollout.max_total_tokens)
+            scheduler = Scheduler(
+                lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits, int(cfg.seed),
+                                          provenance),
+                rollout.workers, _admission(rollout, endpoint), rollout.max_retries,
+                provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
+                lambda: dict(endpoint.engine_names))
+            with _progress() as progress:
+                bar = progress.add_task("sessions", total=len(jobs), status="")
+                seen: list[dict[str, Any]] = []
+                started = time.perf_counter()
+
+                def on_record(record: dict[str, Any]) -> None:
+                    sink.write(record)  # on disk before it counts as done
+                    tracker.log_record(record)
+                    seen.append(record)
+                    progress.update(bar, advance=1, status=_status_line(
+                        seen, time.perf_counter() - started))
+
+                scheduler.run(jobs, on_record)
+            return _engine_cache(endpoint)
+        finally:
+            ray.shutdown()
 
 
 def _check_ray(address: str | None) -> None:
@@ -193,7 +211,18 @@ def _engine_cache(endpoint) -> dict[str, Any]:
 
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+                    TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+                    console=Console(stderr=True), transient=False)
+
+
+def _status_line(records: list[dict[str, Any]], elapsed_s: float) -> str:
+    """Failed sessions, completion tokens per second and the reward so far, for the bar."""
+    failed = sum(r["status"] in ("infra_error", "error") for r in records)
+    scored = [r["reward"] for r in records if r["reward"] is not None]
+    tokens = sum(r["completion_tokens"] for r in records)
+    reward = f"{sum(scored) / len(scored):.3f}" if scored else "-"
+    return (f"failed {failed}  {tokens / max(elapsed_s, 1e-9):.0f} tok/s  "
+            f"reward {reward}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -201,6 +230,7 @@ def main(cfg: DictConfig) -> None:
     signal.signal(signal.SIGTERM, _terminate)
     datasets.disable_progress_bars()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: run.log only
     try:
         run(cfg)
     except USER_ERRORS as exc:
@@ -213,27 +243,50 @@ def main(cfg: DictConfig) -> None:
         sys.exit(143)
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
 def _check_overrides(argv: list[str]) -> None:
     """Compose and validate the config once before Hydra runs, so a bad experiment, key or
-    value is one line (exit 2) and nothing has started."""
-    if any(arg.startswith("-") for arg in argv):  # Hydra's own flags: leave those to Hydra
+    value is one line (exit 2) and nothing has started. With -m, every member of the sweep is
+    checked, and the line names the member."""
+    multirun = any(arg in MULTIRUN_FLAGS for arg in argv)
+    overrides = [arg for arg in argv if arg not in MULTIRUN_FLAGS]
+    if any(arg.startswith("-") for arg in overrides):  # Hydra's other flags: leave to Hydra
         return
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    member = overrides
     try:
         with initialize_config_dir(str(project_root() / "conf"), version_base="1.3"):
-            validate(compose("config", overrides=argv))
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except (HydraException, OmegaConfBaseException) as exc:
+            for member in _sweep_members(overrides) if multirun else [overrides]:
+                validate(compose("config", overrides=member))
+    except (ConfigError, HydraException, OmegaConfBaseException) as exc:
         text = f"{exc}\n{exc.__cause__}" if exc.__cause__ else str(exc)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()
                  and not ln.strip().startswith(("Config search path", "provider="))]
-        print(f"error: {' '.join(lines)}", file=sys.stderr)
+        where = f"sweep member `{' '.join(member)}`: " if multirun else ""
+        print(f"error: {where}{' '.join(lines)}", file=sys.stderr)
         sys.exit(2)
+
+
+def _sweep_members(overrides: list[str]) -> list[list[str]]:
+    """The members a basic Hydra sweep makes of these overrides: the cartesian product of the
+    swept values (`key=a,b`), each member with the plain overrides."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = []
+    for o in OverridesParser.create().parse_overrides(overrides):
+        if o.is_sweep_override():
+            key = o.get_key_element()
+            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+    return [list(member) for member in itertools.product(*choices)]
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ class Session:
         self.job, self.env, self.client, self.limits = job, env, client, limits
         self.seed, self.provenance = seed, provenance
         self.session_id = f"{provenance.run_id}:{job.rollout_id}:{job.attempt}"  # router's key
-        self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]), node_id=node_id)
+        self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]), node_id=node_id,
+                                  labels=env.labels(job.task_id))
         self.prompt_ids = client.first_prompt(self.trace.messages, env.tools)
         self.timings = Timings()
 

@@ -50,7 +50,8 @@ def trainer_rows(records: Dataset) -> Dataset:
 
 def save_trainer_view(records: Dataset, out: Path) -> Dataset:
     view = trainer_rows(records)
-    view.save_to_disk(str(out))
+    # an empty dataset saved in 0 shards cannot be loaded back (datasets 4): write one
+    view.save_to_disk(str(out), num_shards=1 if not len(view) else None)
     return view
 
 
