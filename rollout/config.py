@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from envs import EnvConfig
@@ -22,6 +21,7 @@ from rollout.corpus import CorpusConfig
 from rollout.model_client import CONSTRAINTS
 from rollout.tracking import LoggerConfig
 from serving import ModelConfig, ServingConfig
+from serving.config import store_schema
 
 T = TypeVar("T")
 
@@ -79,11 +79,8 @@ SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env
 
 def register_schemas() -> None:
     """Every config group's schema, as `<group>/schema` for the YAML files' defaults lists."""
-    store = ConfigStore.instance()
     for group, cls in SCHEMAS.items():
-        node = OmegaConf.structured(cls)
-        OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the config is not
-        store.store(group=group, name="schema", node=node)
+        store_schema(group, cls)
 
 
 def validate(cfg: DictConfig) -> dict[str, Any]:

@@ -102,9 +102,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         dataset = sink.finalize()
         records = dataset.to_list()
         trainer = save_trainer_view(dataset, run_dir / "trainer")
-        summary = summarize(records, time.perf_counter() - start) | engine_cache
-        summary.update(rollouts_this_run=len(jobs), dataset=str(sink.dataset_dir),
-                       dataset_rows=len(dataset), trainer_rows=len(trainer))
+        this_run = time.perf_counter() - start
+        summary = summarize(records, this_run + _earlier_wall_s(run_dir, done)) | engine_cache
+        summary.update(rollouts_this_run=len(jobs), wall_s_this_run=this_run,
+                       dataset=str(sink.dataset_dir), dataset_rows=len(dataset),
+                       trainer_rows=len(trainer))
         if groups["corpus"].enabled:
             sft, _, removed = build_corpus(records, env.tools, groups["corpus"],
                                            run_dir / "corpus", source_of(run_dir, records, cfg))
@@ -116,6 +118,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return summary
     finally:
         tracker.finish(summary)
+
+
+def _earlier_wall_s(run_dir: Path, done: set[str]) -> float:
+    """A resumed run's summary covers the whole run: the wall time of earlier invocations."""
+    path = run_dir / "summary.json"
+    if not done or not path.is_file():
+        return 0.0
+    return float(json.loads(path.read_text()).get("wall_s", 0.0))
 
 
 def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir: Path,
@@ -267,7 +277,8 @@ def _check_overrides(argv: list[str]) -> None:
         text = f"{exc}\n{exc.__cause__}" if exc.__cause__ else str(exc)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()
                  and not ln.strip().startswith(("Config search path", "provider="))]
-        where = f"sweep member `{' '.join(member)}`: " if multirun else ""
+        name = " ".join(o for o in member if not o.startswith("hydra."))
+        where = f"sweep member `{name}`: " if multirun else ""
         print(f"error: {where}{' '.join(lines)}", file=sys.stderr)
         sys.exit(2)
 

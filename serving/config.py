@@ -13,7 +13,7 @@ LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
 }
 
 
-MODES = ("embedded", "kv_routed", "disagg", "external")
+MODES = ("embedded", "kv_routed", "disagg", "mocker", "external")
 ROUTER_MODES = ("kv", "round-robin", "random")
 AFFINITY = ("soft", "hard", "off")
 
@@ -21,6 +21,17 @@ AFFINITY = ("soft", "hard", "off")
 def one_of(default: str, choices) -> str:
     """A setting with a fixed set of values, checked when the config loads (rollout.config)."""
     return field(default=default, metadata={"choices": tuple(choices)})
+
+
+def store_schema(group: str, cls: type) -> None:
+    """Register `cls` as Hydra's `<group>/schema`, which the group's YAML files extend: the
+    defaults live in the dataclass, and Hydra checks keys and types as it composes."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(cls)
+    OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the config is not
+    ConfigStore.instance().store(group=group, name="schema", node=node)
 
 
 class ServingError(RuntimeError):
@@ -48,7 +59,8 @@ class ServingConfig:
     `embedded`: one vLLM server. `kv_routed`: `engines` aggregated vLLM workers behind NVIDIA
     Dynamo's frontend and KV-aware router. `disagg`: `prefill_engines` prefill-only and
     `decode_engines` decode-only workers behind it, KV moved by NIXL. `external`: a running
-    OpenAI-compatible server at `base_url`.
+    OpenAI-compatible server at `base_url`. `mocker`: `engines` simulated engines (NVIDIA
+    Dynamo's mocker, no model) behind the same frontend, answering from `replay_trace` if set.
     """
 
     mode: str = one_of("embedded", MODES)
@@ -83,4 +95,7 @@ class ServingConfig:
     session_ttl_s: int = 600
     busy_threshold: float = 0.85  # KV use above which an engine is busy and yields its sessions
     frontends: int = 1
+    # mocker topology (serving/dynamo/mocker.py)
+    speedup_ratio: float = 1.0  # the mocker's simulated engine time is divided by this
+    replay_trace: str | None = None  # Mooncake JSONL of completions to answer with
 

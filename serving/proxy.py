@@ -1,0 +1,202 @@
+"""An OpenAI-compatible front for outside callers, with the project's tool-call guarantee.
+
+Requests without tools (or with `tool_choice: none`), `/v1/completions` and `/v1/models` go to
+the cluster's front door unchanged, streaming included. A chat request with tools is answered
+the way the rollout job samples: the conversation is rendered to token ids with the model's own
+template, sampled under the project's GLM tool-call grammar (serving/toolcall) for its
+`tool_choice` (auto, required or one named tool), and the calls are parsed from the sampled
+tokens. So every caller gets valid calls on every topology, Dynamo's included (whose frontend
+does not enforce `required` itself). Streamed, such a request arrives as one content chunk, then
+one chunk per call, then the finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from serving.chat import chat_renderer
+from serving.endpoint import Endpoint
+from serving.frontdoor import PromptTooLong, Sampling, ServerUnavailable, open_front_door
+from serving.toolcall import MARKUP_TOKENS, CallTooLong, UnboundedToolError, build_grammar
+from serving.toolcall.grammar import DEFAULT_MAX_STRING
+from serving.toolcall.parser import parse_glm
+
+DEFAULT_MAX_TOKENS = 4096
+MIN_STRING = 16  # shortest bound given to an unbounded string argument before refusing
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "invalid_request_error",
+                                        "code": status}}, status=status)
+
+
+class ToolCallProxy:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.door = open_front_door(endpoint)
+        self.renderer = chat_renderer(endpoint.model_dir, endpoint.enable_thinking)
+        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s)
+        self.grammar_ok = all(m in endpoint.markup_token_ids for m in MARKUP_TOKENS)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/v1/models", self.forward)
+        app.router.add_post("/v1/completions", self.forward)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/health", self.health)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, _app: web.Application) -> None:
+        await self.http.aclose()
+        await self.door.aclose()
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "model": self.endpoint.model})
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        return await self._relay(request, await request.read())
+
+    async def _relay(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        """The request as it came, to the cluster's front door; the answer streams back."""
+        url = self.endpoint.base_url.removesuffix("/v1") + request.path
+        upstream = self.http.build_request(
+            request.method, url, content=body or None,
+            headers={k: v for k, v in request.headers.items()
+                     if k.lower() in ("content-type", "authorization", "x-dynamo-session-id")})
+        try:
+            resp = await self.http.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            return _error(502, f"the serving cluster did not answer: {exc}")
+        out = web.StreamResponse(status=resp.status_code, headers={
+            "Content-Type": resp.headers.get("content-type", "application/json")})
+        await out.prepare(request)
+        try:
+            async for chunk in resp.aiter_raw():
+                await out.write(chunk)
+        finally:
+            await resp.aclose()
+        await out.write_eof()
+        return out
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return _error(400, f"the body is not JSON: {exc}")
+        tools = body.get("tools") or []
+        if not tools or body.get("tool_choice") == "none" or not self.grammar_ok:
+            return await self._relay(request, raw)
+        try:
+            answer = await self._constrained(body, tools)
+        except (CallTooLong, UnboundedToolError, ValueError) as exc:
+            return _error(400, str(exc))
+        except PromptTooLong as exc:
+            return _error(400, f"the conversation does not fit the context window: {exc}")
+        except ServerUnavailable as exc:
+            return _error(503, str(exc))
+        if body.get("stream"):
+            return await self._stream(request, answer)
+        return web.json_response(answer)
+
+    async def _constrained(self, body: dict[str, Any], tools: list[dict]) -> dict[str, Any]:
+        choice = body.get("tool_choice") or "auto"
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens")
+                         or DEFAULT_MAX_TOKENS)
+        parallel = bool(body.get("parallel_tool_calls", False))
+        grammar = self._grammar(tools, choice, parallel, max_tokens)
+        prompt = self.renderer.prompt_ids([_for_template(m) for m in body["messages"]], tools)
+        sampling = Sampling(max_tokens, float(body.get("temperature", 1.0)),
+                            float(body.get("top_p", 1.0)), body.get("seed"))
+        gen = await self.door.generate(prompt, sampling, grammar, session_id="")
+        parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
+                           self.endpoint.enable_thinking)
+        calls = [{"id": f"call_{uuid.uuid4().hex[:16]}", "type": "function",
+                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                 for c in parsed.calls]
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
+        if calls:
+            message["tool_calls"] = calls
+        if parsed.reasoning:
+            message["reasoning_content"] = parsed.reasoning
+        finish = "tool_calls" if calls else gen.finish_reason or "stop"
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                "created": int(time.time()), "model": self.endpoint.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen.token_ids),
+                          "total_tokens": len(prompt) + len(gen.token_ids)}}
+
+    def _grammar(self, tools: list[dict], choice: Any, parallel: bool, max_tokens: int):
+        """The project's grammar; string arguments that declare no maxLength get the longest
+        bound that still lets a whole call fit `max_tokens` (a call is never cut in half)."""
+        limit: int | None = None
+        while True:
+            try:
+                return build_grammar(_bounded(tools, limit), choice, parallel,
+                                     self.endpoint.enable_thinking, max_tokens,
+                                     self.endpoint.markup_token_ids)
+            except CallTooLong:
+                limit = (limit or DEFAULT_MAX_STRING) // 2
+                if limit < MIN_STRING:
+                    raise
+
+    async def _stream(self, request: web.Request, answer: dict[str, Any]) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        head = {k: answer[k] for k in ("id", "created", "model")}
+        message = answer["choices"][0]["message"]
+        deltas = [{"role": "assistant", "content": message["content"] or ""}]
+        deltas += [{"tool_calls": [{"index": i, **call}]}
+                   for i, call in enumerate(message.get("tool_calls") or [])]
+        for delta in deltas:
+            await _sse(out, {**head, "object": "chat.completion.chunk",
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        await _sse(out, {**head, "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {}, "finish_reason": answer["choices"][0]["finish_reason"]}],
+            "usage": answer["usage"]})
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+
+async def _sse(out: web.StreamResponse, data: dict[str, Any]) -> None:
+    await out.write(f"data: {json.dumps(data)}\n\n".encode())
+
+
+def _for_template(message: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI messages carry call arguments as a JSON string; the GLM template writes each
+    argument as its own key/value pair, so it needs them as a mapping."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    fixed = []
+    for call in calls:
+        fn = dict(call.get("function") or {})
+        if isinstance(fn.get("arguments"), str):
+            with contextlib.suppress(json.JSONDecodeError):  # else rendered as it came
+                fn["arguments"] = json.loads(fn["arguments"] or "{}")
+        fixed.append({**call, "function": fn})
+    return {**message, "tool_calls": fixed}
+
+
+def _bounded(tools: list[dict], limit: int | None) -> list[dict]:
+    """`tools` with `maxLength: limit` on every string argument that has none."""
+    if limit is None:
+        return tools
+    out = []
+    for tool in tools:
+        fn = tool["function"]
+        params = fn.get("parameters") or {}
+        props = {k: ({**v, "maxLength": limit} if v.get("type") == "string"
+                     and "maxLength" not in v and "enum" not in v else v)
+                 for k, v in (params.get("properties") or {}).items()}
+        out.append({**tool, "function": {**fn, "parameters": {**params, "properties": props}}})
+    return out
