@@ -83,6 +83,7 @@ def test_a_killed_engine_loses_no_session(tmp_path):
     assert all(row["status"] in ("ok", "truncated") for row in ds), [
         (row["rollout_id"], row["error"]) for row in ds if row["status"] == "infra_error"]
     late = [t["engine_id"] for row in ds if row["attempt"] > 0 for t in row["turns"]]
+    assert late, "the kill failed no turn: nothing was retried"
     assert "agg1" not in late  # retries went to the engine that is still up
     time.sleep(1)
     assert new_job_processes(before) == []

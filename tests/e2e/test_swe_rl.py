@@ -170,3 +170,31 @@ def test_sigterm_midway_stops_everything_with_one_line(tmp_path):
     time.sleep(1)
     assert new_job_processes(before) == []
     assert not os.path.exists(out / "dataset")
+
+
+def test_the_stock_constraint_runs_message_in_and_says_where_history_broke(tmp_path):
+    """rollout.tool_constraint=stock: the server renders the conversation and parses calls
+    itself; records count what its parser did, and each later turn's prefix break is named."""
+    out = tmp_path / "run"
+    job = _job("+experiment=swe_rl", f"output.dir={out}", "logger=none",
+               "rollout.tool_constraint=stock", "rollout.max_tokens_per_turn=256",
+               "rollout.max_turns=2", "env.max_tasks=2", "rollout.samples_per_task=2")
+    log, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, log[-3000:]
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == 4 and set(ds["status"]) <= {"ok", "truncated"}
+    for row in ds:
+        for turn in row["turns"]:
+            assert turn["constraint"] == "stock:tool_choice=required;strict=true;parallel=false"
+            assert turn["prompt_token_ids"] and turn["completion_token_ids"]
+        for brk in row["prefix_breaks"]:
+            assert brk["turn"] >= 1 and brk["reason"] == (
+                "the server rendered the prompt from messages (tool_constraint=stock)")
+        assert row["prefix_consistent"] == (row["prefix_breaks"] == [])
+        per_call = sum(len(c["issues"]) for t in row["turns"] for c in t["tool_calls"])
+        per_turn = sum(len(t["issues"]) for t in row["turns"])
+        dropped = sum(t["dropped_calls"] for t in row["turns"])
+        counted = row["tool_call_issues"]
+        assert sum(counted.values()) - counted["failed"] - counted["dropped"] == (
+            per_call + per_turn)
+        assert counted["dropped"] == dropped

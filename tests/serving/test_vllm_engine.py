@@ -1,0 +1,38 @@
+"""The flags and environment every engine gets (the running engines are checked in tests/e2e)."""
+
+from pathlib import Path
+
+from serving.config import ModelConfig, ServingConfig
+from serving.dynamo.worker import DynamoWorker
+from serving.vllm_engine import VllmEngine
+from serving.vllm_plugin import UNMASKED_LOGPROBS_ENV
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin(tmp_path):
+    engine = VllmEngine("0", Path("/m"), ModelConfig(), ServingConfig(), tmp_path, tmp_path,
+                        port=9)
+    argv, env = engine.argv(), engine.env()
+    assert _flag(argv, "--logprobs-mode") == "raw_logprobs"
+    assert env[UNMASKED_LOGPROBS_ENV] == "1"
+    assert _flag(argv, "--host") == "127.0.0.1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_processed_logprobs_leave_vllm_as_it_is(tmp_path):
+    cfg = ServingConfig(logprobs="processed")
+    engine = VllmEngine("0", Path("/m"), ModelConfig(), cfg, tmp_path, tmp_path, port=9)
+    assert _flag(engine.argv(), "--logprobs-mode") == "processed_logprobs"
+    assert UNMASKED_LOGPROBS_ENV not in engine.env()
+
+
+def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
+    worker = DynamoWorker("decode0", "decode", Path("/m"), ModelConfig(), ServingConfig(),
+                          tmp_path, tmp_path, {})
+    argv, env = worker.argv(), worker.env()
+    assert _flag(argv, "--logprobs-mode") == "raw_logprobs" and env[UNMASKED_LOGPROBS_ENV] == "1"
+    assert _flag(argv, "--disaggregation-mode") == "decode"
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
