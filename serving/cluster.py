@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from serving.config import MODES, ModelConfig, ServingConfig, ServingError
 from serving.dynamo.frontend import DynamoFrontend
+from serving.dynamo.mocker import MockerWorker, ReplayFrontDoor, replay_trace
 from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
@@ -58,7 +59,7 @@ def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
 
 def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
     """(name, role) of every worker the topology runs."""
-    if serving.mode == "kv_routed":
+    if serving.mode in ("kv_routed", "mocker"):
         if serving.engines < 1:
             raise ServingError(f"serving.engines must be >= 1, got {serving.engines}")
         return [(f"agg{i}", "agg") for i in range(serving.engines)]
@@ -109,7 +110,7 @@ class Cluster:
         model_dir = resolve_model_dir(self.model, self.cache_dir)
         if self.serving.mode == "external":
             return self._external(model_dir)
-        if self.serving.mode in ("kv_routed", "disagg"):
+        if self.serving.mode in ("kv_routed", "disagg", "mocker"):
             return self._dynamo(model_dir)
         engine = VllmEngine("0", model_dir, self.model, self.serving, self.run_dir,
                             self.cache_dir, port=self.serving.port)
@@ -141,15 +142,20 @@ class Cluster:
                                    f"this machine has {have}")
         if cfg.frontends < 1:
             raise ServingError(f"serving.frontends must be >= 1, got {cfg.frontends}")
+        mocker = cfg.mode == "mocker"
+        if mocker and cfg.replay_trace:
+            replay_trace(cfg)  # a missing trace is refused before anything starts
         self.plane = ControlPlane(cfg, self.run_dir)
         self.plane.start()
         cores = os.cpu_count() or 1
+        worker_cls = MockerWorker if mocker else DynamoWorker
         for i, (name, role) in enumerate(roles):
-            self.workers.append(DynamoWorker(name, role, model_dir, self.model, cfg,
-                                             self.run_dir, self.cache_dir, self.plane.env(),
-                                             core=i % cores if cfg.device == "cpu" else None))
-        log.info("starting %d Dynamo vLLM workers (%s) for %s", len(roles),
-                 ", ".join(f"{n}:{r}" for n, r in roles), model_dir)
+            self.workers.append(worker_cls(name, role, model_dir, self.model, cfg,
+                                           self.run_dir, self.cache_dir, self.plane.env(),
+                                           core=i % cores if cfg.device == "cpu" else None))
+        log.info("starting %d Dynamo %s workers (%s) for %s", len(roles),
+                 "mocker" if mocker else "vLLM", ", ".join(f"{n}:{r}" for n, r in roles),
+                 model_dir)
         for worker in self.workers:
             worker.start()
         deadline = time.monotonic() + cfg.startup_timeout_s
@@ -173,8 +179,9 @@ class Cluster:
             self.watchdog.start()
         metrics = {w.name: w.metrics_url for w in self.workers}
         metrics["router"] = f"{front.base_url}/metrics"
+        door = ReplayFrontDoor.name if mocker and cfg.replay_trace else "dynamo"
         self.endpoint = self._endpoint(
-            model_dir, f"{front.base_url}/v1", "dynamo",
+            model_dir, f"{front.base_url}/v1", door,
             engine_ids=tuple(w.name for w in self.workers), metrics_urls=metrics,
             engine_names={w.instance_id: w.name for w in self.workers if w.instance_id})
         return self.endpoint
@@ -189,8 +196,8 @@ class Cluster:
         old.stop()
         if self._stopping.is_set():
             raise ServingError(f"not restarting worker {name}: the cluster is stopping")
-        new = DynamoWorker(old.name, old.role, old.model_dir, self.model, self.serving,
-                           self.run_dir, self.cache_dir, self.plane.env(), core=old.core)
+        new = type(old)(old.name, old.role, old.model_dir, self.model, self.serving,
+                        self.run_dir, self.cache_dir, self.plane.env(), core=old.core)
         self.workers[self.workers.index(old)] = new
         new.start()
         new.wait_ready(time.monotonic() + self.serving.startup_timeout_s, self._stopping)
