@@ -167,7 +167,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                     tracker.log_record(record)
                     seen.append(record)
                     progress.update(bar, advance=1, status=_status_line(
-                        seen, time.perf_counter() - started))
+                        seen, scheduler.in_flight, time.perf_counter() - started))
 
                 scheduler.run(jobs, on_record)
             return _engine_cache(endpoint)
@@ -225,13 +225,13 @@ def _progress() -> Progress:
                     console=Console(stderr=True), transient=False)
 
 
-def _status_line(records: list[dict[str, Any]], elapsed_s: float) -> str:
-    """Failed sessions, completion tokens per second and the reward so far, for the bar."""
+def _status_line(records: list[dict[str, Any]], running: int, elapsed_s: float) -> str:
+    """Sessions running and failed, completion tokens per second, the reward so far."""
     failed = sum(r["status"] in ("infra_error", "error") for r in records)
     scored = [r["reward"] for r in records if r["reward"] is not None]
     tokens = sum(r["completion_tokens"] for r in records)
     reward = f"{sum(scored) / len(scored):.3f}" if scored else "-"
-    return (f"failed {failed}  {tokens / max(elapsed_s, 1e-9):.0f} tok/s  "
+    return (f"running {running}  failed {failed}  {tokens / max(elapsed_s, 1e-9):.0f} tok/s  "
             f"reward {reward}")
 
 

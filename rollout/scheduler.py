@@ -50,6 +50,7 @@ class Scheduler:
         self.max_consecutive_infra = max_consecutive_infra
         self.engine_names = engine_names  # the engines as they are now (restarts rename them)
         self.consecutive_infra = 0
+        self.in_flight = 0  # sessions running now (for the progress display)
 
     def run(self, jobs: list[Job], on_record: Callable[[dict[str, Any]], None]) -> None:
         queue = list(reversed(jobs))
@@ -70,6 +71,7 @@ class Scheduler:
                 worker = self.workers[w]
                 pending[worker.run.remote(job, self.engine_names())] = (job, w, worker)
                 load[w] += 1
+            self.in_flight = len(pending)
             if not pending:
                 continue
             with _signals_pass_through():
