@@ -1,0 +1,65 @@
+"""Settings of a fleet simulation (`python -m serving.simulate`): the hardware and perf data the
+simulated engines are timed by, and the workload. The topology itself is a `serving=` config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from serving.config import ServingConfig, one_of
+from serving.sim.offline import POLICIES
+
+SYSTEMS = ("gb200", "gb300", "b200_sxm", "b300_sxm", "h200_sxm", "h100_sxm")
+PERF_BACKENDS = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class SimulateConfig:
+    """Defaults: the seed's deployment, GLM-5.3 on GB200 NVL72, timed by vLLM's measured kernels
+    (the engine `serving=glm5_gpu` runs), with the seed's agent sessions."""
+
+    system: str = one_of("gb200", SYSTEMS)
+    perf_backend: str = one_of("vllm", PERF_BACKENDS)  # whose measured kernel times
+    mtp_acceptance: float = 0.85  # P(the MTP draft token is accepted)
+    transfer_gbps: float = 450.0  # KV transfer per rank, GB/s (NVLink inside an NVL72 rack)
+    host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
+    host_gbps: float = 200.0  # host tier <-> GPU per rank, GB/s
+    gpu_memory_utilization: float = 0.9
+    # workload: "seed", or a rollfleet run folder whose records give the session shape
+    workload: str = "seed"
+    token_scale: float = 1.0  # records: multiply their token counts by this
+    first_prompt: int = 8000
+    growth: int = 6000
+    max_prompt: int = 140_000
+    output: int = 600
+    tool_s: float = 8.0
+    sessions: int = 66  # concurrent sessions (per fleet for `run`, per group elsewhere)
+    groups: int = 1  # groups of `prefill_engines` P : `decode_engines` D
+    lifetimes: int = 3  # sessions each lane runs; figures come from the middle ones
+    policy: str = one_of("kv", (*POLICIES, "kv_soft"))
+    target_tok_s: float = 100.0  # per user, decoding
+    ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
+    seed: int = 0
+    mode: str = one_of("offline", ("offline", "live"))
+    speedup_ratio: float = 20.0  # live mode: the mocker's clock runs this much faster
+    out: str | None = None  # JSON of the figures
+    plot: str | None = None  # sweep: PNG
+
+
+def topology(serving: ServingConfig) -> dict:
+    """What a simulation takes from a serving config: workers per group, TP, KV format, MTP."""
+    nextn, batched = 0, 16384
+    for args in (serving.decode_args, serving.prefill_args):
+        for i, arg in enumerate(args):
+            if arg == "--speculative-config" and i + 1 < len(args):
+                nextn = int(json.loads(args[i + 1]).get("num_speculative_tokens", 0))
+            if arg == "--max-num-batched-tokens" and i + 1 < len(args) and args is \
+                    serving.prefill_args:
+                batched = int(args[i + 1])
+    disagg = serving.mode == "disagg"
+    return {"prefill": serving.prefill_engines if disagg else 0,
+            "decode": serving.decode_engines if disagg else 0,
+            "agg": 0 if disagg else serving.engines,
+            "tp": serving.tensor_parallel, "kv_cache_dtype": serving.kv_cache_dtype,
+            "nextn": nextn, "prefill_batched_tokens": batched,
+            "router_mode": serving.router_mode, "session_affinity": serving.session_affinity}

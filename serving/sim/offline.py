@@ -1,0 +1,133 @@
+"""A simulated fleet run through Dynamo's offline replay (`dynamo.replay`, virtual time).
+
+The replay drives the same Rust mocker engines (`python -m dynamo.mocker` runs them live) and
+Dynamo's KV router (`dynamo_kv_router`'s selector, fed by the engines' KV events) on a virtual
+clock: a 1P:4D fleet serving 66 sessions of 23 turns for an hour of GPU time replays in seconds
+on one core, where live engines behind the HTTP frontend would need that hour (or a speedup
+ratio that the 2-core host's Python client and frontend cannot keep up with).
+
+Routing policies: `round_robin` and `kv` are the replay's own router modes. Session affinity is a
+frontend feature in Dynamo 1.6.1 (not part of the replay's router config): `kv_soft` runs on
+live engines only (serving/sim/live.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BLOCK = 64  # engine KV block (tokens); vLLM's default for this model family
+POLICIES = {"round_robin": "round_robin", "kv": "kv_router"}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Workers of one simulated deployment. `decode_workers == 0`: aggregated workers."""
+
+    prefill_workers: int = 1
+    decode_workers: int = 4
+    agg_workers: int = 0
+    kv_blocks: int = 16384  # per worker (all its GPUs)
+    kv_bytes_per_token: int = 38236  # per rank, for transfer timing
+    transfer_gbps: float = 450.0  # per rank
+    profile: str = ""  # the perf table (.npz)
+    decode_speedup: float = 1.0  # tokens per decode step (MTP)
+    prefill_batched_tokens: int = 16384
+    decode_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def workers(self) -> int:
+        return self.agg_workers or (self.prefill_workers + self.decode_workers)
+
+
+def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
+    engine = {
+        "block_size": BLOCK, "num_gpu_blocks": fleet.kv_blocks,
+        "max_num_seqs": fleet.max_num_seqs,
+        "max_num_batched_tokens": (fleet.prefill_batched_tokens if worker_type == "prefill"
+                                   else fleet.decode_batched_tokens),
+        "enable_prefix_caching": True, "enable_chunked_prefill": True,
+        "decode_speedup_ratio": fleet.decode_speedup, "worker_type": worker_type,
+        "kv_transfer_bandwidth": fleet.transfer_gbps,
+        "kv_transfer_bytes_per_token": fleet.kv_bytes_per_token,
+    }
+    if worker_type == "aggregated":  # one worker does both: its batches mix the two phases
+        engine["max_num_batched_tokens"] = fleet.prefill_batched_tokens
+    if fleet.profile:
+        engine["timing_model"] = {"type": "external", "provider": "dynamo_profile",
+                                  "config": {"path": str(fleet.profile)}}
+    engine.update(fleet.extra)
+    return {"engine": engine}
+
+
+def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
+        measure: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Replay `trace` closed-loop with `lanes` concurrent sessions; figures from the requests
+    of sessions `measure[0] <= index < measure[1]` (the steady state: lanes have desynchronized
+    and none has run dry yet)."""
+    from dynamo.replay import run_trace_replay
+
+    if policy not in POLICIES:
+        raise ValueError(f"offline replay routes with {sorted(POLICIES)}, not {policy!r} "
+                         "(session affinity runs live: --mode live)")
+    kw: dict[str, Any] = dict(trace_block_size=512, capture_per_request=True,
+                              router_mode=POLICIES[policy], replay_concurrency=lanes)
+    if fleet.agg_workers:
+        kw.update(extra_engine_args=engine_args(fleet, "aggregated"),
+                  num_workers=fleet.agg_workers)
+    else:
+        kw.update(prefill_engine_args=engine_args(fleet, "prefill"),
+                  decode_engine_args=engine_args(fleet, "decode"),
+                  num_prefill_workers=fleet.prefill_workers,
+                  num_decode_workers=fleet.decode_workers)
+    t0 = time.monotonic()
+    report = run_trace_replay(str(trace), **kw)
+    wall = time.monotonic() - t0
+    return summarize(report.summary, report.per_request, measure) | {
+        "wall_s": round(wall, 2), "lanes": lanes, "policy": policy}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
+    return values[k]
+
+
+def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | None) -> dict:
+    def index(r: dict) -> int:
+        return int(str(r["session_id"]).lstrip("s"))
+
+    done = [r for r in requests if r.get("terminal_status") == "completed"]
+    if measure:
+        done = [r for r in done if measure[0] <= index(r) < measure[1]] or done
+    decode_ms = sum(r["itl_ms"] * max(0, r["output_length"] - 1) for r in done if r["itl_ms"])
+    decode_tokens = sum(max(0, r["output_length"] - 1) for r in done if r["itl_ms"])
+    per_user = [1000.0 / r["itl_ms"] for r in done if r.get("itl_ms")]
+    ttft = [r["ttft_ms"] / 1000.0 for r in done if r.get("ttft_ms") is not None]
+    reusable = sum(r["input_length"] for r in done)
+    reused = sum(r.get("reused_input_tokens") or 0 for r in done)
+    span = (max(r["terminal_time_ms"] for r in done) - min(r["arrival_time_ms"] for r in done)
+            if done else 0.0)
+    return {
+        "requests": len(done),
+        "tok_s_user": 1000.0 * decode_tokens / decode_ms if decode_ms else float("nan"),
+        "tok_s_user_p10": _pct(per_user, 0.10),
+        "tok_s_user_p50": _pct(per_user, 0.50),
+        "ttft_p50_s": _pct(ttft, 0.5), "ttft_p90_s": _pct(ttft, 0.9),
+        "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
+        # per-token ITL percentiles are the replay's own (all requests, warm-up included)
+        "itl_p50_ms": summary.get("median_itl_ms"), "itl_p90_ms": summary.get("p90_itl_ms"),
+        "itl_p99_ms": summary.get("p99_itl_ms"),
+        "prefix_reuse": reused / reusable if reusable else 0.0,
+        "output_tok_s": (sum(r["output_length"] for r in done) / (span / 1000.0)
+                         if span else 0.0),
+        "sim_hours": summary.get("duration_ms", 0.0) / 3.6e6,
+        "preemptions": summary.get("preemptions"),
+    }

@@ -1,0 +1,186 @@
+"""The GLM-5.x perf model for simulated engines, built from NVIDIA's aiconfigurator-core data.
+
+Dynamo 1.6.1's mocker takes its timing from one of three places: built-in polynomials, an
+AISimulate estimator (`--ais-perf-model`, which needs the `aisimulate` package: a placeholder on
+PyPI that cannot install here), or a profile table (`--planner-profile-data`, a `.npz` with
+`prefill_isl`/`prefill_ttft_ms` and a `decode_active_kv_tokens` x `decode_context_length` grid of
+`decode_itl`). This module takes the third way: it compiles the model with aiconfigurator-core
+(measured per-operation data of GB200, B200, H200 ... for vLLM, SGLang and TensorRT-LLM) and
+evaluates it on the grids the mocker reads. The mocker then owns scheduling, batching, prefix
+caching, KV capacity and transfers, as it does for any profile.
+
+What the table cannot say, and how it is handled:
+- The mocker looks prefill up by the tokens computed in an iteration only, not by the cached
+  prefix they attend to. For GLM-5's sparse attention the cost per new token still grows with
+  the prefix (the DSA indexer scores every earlier token; aiconfigurator's vLLM data on GB200:
+  6k new tokens take 0.31 s after no prefix and 1.29 s after 134k). The prefill column is
+  therefore evaluated at the workload's new-token-weighted mean prefix: since the cost is close
+  to linear in the prefix, the prefill work summed over a workload is right, while a single
+  turn's TTFT is spread less than it would be.
+- MTP (one draft token): each decode step verifies 2 tokens per request (Dynamo's own AIS
+  adapter queries the same way) and yields 1 + acceptance tokens; the step time goes in the
+  table and `1 + acceptance` becomes the mocker's `decode_speedup_ratio`.
+- No aiconfigurator kernel data reads an NVFP4 KV cache: decode time is that of the FP8 cache,
+  and the NVFP4 cache changes capacity (bytes per token) and transfer volume only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Bytes per token per layer of the MLA cache (shared/notes/kv-formats.md): the latent row in each
+# format plus the DSA indexer's own key row (128 B fp8 + a 4 B scale), which no format shrinks.
+LATENT_BYTES = {"nvfp4": 352, "fp8": 656, "fp8_ds_mla": 656, "auto": 1152, "bfloat16": 1152}
+INDEXER_BYTES = 132
+KV_LAYERS = 78 + 1  # GLM-5.x: 78 decoder layers and the MTP layer each keep a KV cache
+
+# Which checkpoint aiconfigurator models on each system: Blackwell runs the NVFP4 weights, Hopper
+# has no FP4 tensor cores and runs the FP8 checkpoint.
+CHECKPOINTS = {"gb200": "nvidia/GLM-5.3-NVFP4", "gb300": "nvidia/GLM-5.3-NVFP4",
+               "b200_sxm": "nvidia/GLM-5.3-NVFP4", "b300_sxm": "nvidia/GLM-5.3-NVFP4",
+               "h200_sxm": "zai-org/GLM-5.3-FP8", "h100_sxm": "zai-org/GLM-5.3-FP8"}
+
+
+@dataclass(frozen=True)
+class PerfSpec:
+    """Everything the table depends on (its cache key)."""
+
+    system: str = "gb200"
+    backend: str = "vllm"  # whose measured kernels: vllm, sglang or trtllm
+    backend_version: str = "current"
+    model: str | None = None  # None: CHECKPOINTS[system]
+    tp: int = 8
+    moe_ep: int = 8
+    nextn: int = 1  # MTP draft tokens (0: off)
+    mtp_acceptance: float = 0.85  # P(draft accepted); Dynamo's default rate for the first draft
+    mean_prefix: int = 0  # tokens of cached prefix the prefill column is evaluated at
+    max_batched_tokens: int = 16384
+    max_context: int = 204800
+
+    @property
+    def checkpoint(self) -> str:
+        if self.model:
+            return self.model
+        if self.system not in CHECKPOINTS:
+            raise ValueError(f"no GLM-5.3 checkpoint known for system {self.system!r}; "
+                             f"known: {sorted(CHECKPOINTS)} (or set the model)")
+        return CHECKPOINTS[self.system]
+
+    @property
+    def decode_speedup(self) -> float:
+        """Tokens one decode step yields per request (MTP's accepted drafts + 1)."""
+        return 1.0 + (self.mtp_acceptance if self.nextn else 0.0)
+
+    def key(self) -> str:
+        blob = json.dumps({**asdict(self), "aic": aic_version()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def aic_version() -> str:
+    try:
+        return metadata.version("aiconfigurator-core")
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def _aic():
+    """aiconfigurator-core's compile step and its data roots (set once per process)."""
+    try:
+        from aiconfigurator_core.sdk import rust_engine_step
+        from aiconfigurator_core.sdk.engine import EngineHandle
+    except ImportError as exc:  # pragma: no cover - the project installs it
+        raise RuntimeError("aiconfigurator-core is not installed (pip install -e .)") from exc
+    rust_engine_step._configure_default_data_roots()
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return EngineHandle
+
+
+def compile_engine(spec: PerfSpec, nextn: int | None = None):
+    EngineHandle = _aic()
+    return EngineHandle.compile(spec.checkpoint, spec.system, spec.backend,
+                                backend_version=spec.backend_version, tp_size=spec.tp,
+                                moe_tp_size=1, moe_ep_size=spec.moe_ep,
+                                nextn=spec.nextn if nextn is None else nextn)
+
+
+def version_label(spec: PerfSpec) -> str:
+    return (f"aiconfigurator-core {aic_version()}: {spec.checkpoint} on {spec.system}, "
+            f"{spec.backend} {spec.backend_version} data, TP{spec.tp} EP{spec.moe_ep}, "
+            f"MTP {spec.nextn} (acceptance {spec.mtp_acceptance})")
+
+
+def build_profile(spec: PerfSpec, cache_dir: Path, resolution: int = 80) -> Path:
+    """The mocker-format `.npz` for `spec` (built once, then read from `cache_dir`)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"glm_perf_{spec.key()}.npz"
+    if path.is_file():
+        return path
+    engine = compile_engine(spec)
+    # Prefill: tokens computed in one iteration -> ms, after the workload's mean prefix.
+    isl = np.unique(np.concatenate([
+        np.geomspace(16, spec.max_batched_tokens, resolution // 2),
+        np.linspace(16, 2 * spec.max_batched_tokens, resolution // 2)]).astype(int))
+    prefill = np.array([engine.predict_prefill_latency(1, int(n) + spec.mean_prefix,
+                                                       spec.mean_prefix) for n in isl])
+    # Decode: one step's time for a batch whose KV sums to `kv` tokens of mean length `ctx`.
+    kv = np.linspace(0, 4_000_000, resolution)
+    ctx = np.linspace(256, spec.max_context, resolution)
+    itl = np.zeros((len(kv), len(ctx)))
+    per_step = 1 + spec.nextn  # tokens verified per request and step
+    for i, k in enumerate(kv):
+        for j, c in enumerate(ctx):
+            bs = int(min(512, max(1, round(k / c))))
+            itl[i, j] = engine.decode_step_latency(bs * per_step, int(c), 2)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, prefill_isl=isl.astype(float), prefill_ttft_ms=prefill,
+             decode_active_kv_tokens=kv, decode_context_length=ctx, decode_itl=itl)
+    os.replace(tmp, path)
+    path.with_suffix(".json").write_text(json.dumps(
+        {"spec": asdict(spec), "label": version_label(spec)}, indent=1))
+    log.info("perf table %s: %s", path.name, version_label(spec))
+    return path
+
+
+def kv_budget_bytes(spec: PerfSpec, gpu_memory_utilization: float = 0.9) -> float:
+    """Bytes per GPU left for the KV cache after weights, activations and runtime overheads,
+    by aiconfigurator's memory model (its FP8-KV estimate; MLA keeps a full copy per rank)."""
+    _aic()
+    from aiconfigurator_core.sdk import memory
+
+    est = memory.estimate_kv_cache(
+        spec.checkpoint, spec.system, spec.backend, spec.backend_version,
+        max_num_tokens=spec.max_batched_tokens, max_batch_size=256,
+        memory_fraction_kind="of_total", memory_fraction_value=gpu_memory_utilization,
+        tp_size=spec.tp, moe_tp_size=1, moe_ep_size=spec.moe_ep, kvcache_quant_mode="fp8",
+        nextn=spec.nextn)
+    return float(est["total_kv_size_bytes"])
+
+
+def kv_bytes_per_token(kv_cache_dtype: str) -> int:
+    """Bytes one token's cache takes on each rank (all layers), by cache format."""
+    latent = LATENT_BYTES.get(kv_cache_dtype)
+    if latent is None:
+        raise ValueError(f"no MLA row size known for kv_cache_dtype {kv_cache_dtype!r}; "
+                         f"known: {sorted(LATENT_BYTES)}")
+    return KV_LAYERS * (latent + INDEXER_BYTES)
+
+
+def capacity_tokens(spec: PerfSpec, kv_cache_dtype: str,
+                    gpu_memory_utilization: float = 0.9) -> int:
+    return int(kv_budget_bytes(spec, gpu_memory_utilization) // kv_bytes_per_token(kv_cache_dtype))
+
+
+def describe(path: Path) -> dict[str, Any]:
+    side = path.with_suffix(".json")
+    return json.loads(side.read_text()) if side.is_file() else {}

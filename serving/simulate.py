@@ -1,0 +1,384 @@
+"""`python -m serving.simulate [run|seed|sweep|recommend] serving=glm5_gpu [simulate=...]`: a
+GLM-5.x GPU fleet at full scale, simulated on this CPU.
+
+Simulated engines (NVIDIA Dynamo's mocker) are timed by a GLM-5.3 perf table built from
+aiconfigurator-core's measured kernel data (serving/sim/perf.py) and run a workload of agent
+sessions (serving/sim/workload.py), either through Dynamo's offline replay (virtual clock, the
+replay's KV router; `simulate.mode=offline`, the default) or live behind the real frontend and KV
+router (`simulate.mode=live`, serving/sim/live.py: small fleets only, the 2-core host is the
+limit). Commands:
+  run        one fleet: `simulate.groups` x (P:D of the serving config), `simulate.sessions`
+  seed       the seed's figures beside the published ones (1P:4D, 66 sessions, ITL, KV formats)
+  sweep      P:D 1:1 ... 1:6 x routing policies x 100 ... 2,000 sessions on `simulate.groups`
+  recommend  the P:D ratio and group count for `simulate.sessions` at `simulate.target_tok_s`
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("DYN_LOG", "warn")  # the replay's router logs every decision at info
+
+from serving.config import ServingConfig, ServingError, store_schema  # noqa: E402
+from serving.sim import offline, perf, workload  # noqa: E402
+from serving.sim.config import SimulateConfig, topology  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+COMMANDS = ("run", "seed", "sweep", "recommend")
+RATIOS = (1, 2, 3, 4, 5, 6)
+SWEEP_SESSIONS = (100, 250, 500, 1000, 2000)
+CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
+PUBLISHED = {"tok_s_user": 101.0, "sessions_per_prefill_group": 66, "itl_p90_reduction": 0.40,
+             "fp8_tokens": 1.09e6, "nvfp4_tokens": 1.63e6}
+log = logging.getLogger("serving.simulate")
+
+
+class Sim:
+    """One configured simulation: serving topology x hardware x workload."""
+
+    def __init__(self, serving: ServingConfig, cfg: SimulateConfig, work_dir: Path,
+                 cache_dir: Path) -> None:
+        self.serving, self.cfg, self.work_dir, self.cache_dir = serving, cfg, work_dir, cache_dir
+        self.topo = topology(serving)
+        self.shapes = (None if cfg.workload == "seed"
+                       else workload.read_records(Path(cfg.workload).expanduser()))
+        probe = self.sessions(64)
+        self.spec = perf.PerfSpec(
+            system=cfg.system, backend=cfg.perf_backend, tp=self.topo["tp"],
+            moe_ep=self.topo["tp"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
+            mean_prefix=workload.mean_prefix(probe),
+            max_batched_tokens=self.topo["prefill_batched_tokens"])
+        self.profile = perf.build_profile(self.spec, cache_dir / "sim")
+        self.budget = perf.kv_budget_bytes(self.spec, cfg.gpu_memory_utilization)
+        self.runs = 0
+
+    def sessions(self, count: int) -> list[list[workload.Turn]]:
+        c = self.cfg
+        if self.shapes is None:
+            shape = workload.SeedShape(c.first_prompt, c.growth, c.max_prompt, c.output, c.tool_s)
+            return workload.seed_sessions(shape, count, c.seed)
+        return workload.record_sessions(self.shapes, count, c.token_scale, c.seed)
+
+    def capacity(self, kv_cache_dtype: str | None = None) -> int:
+        return int(self.budget // perf.kv_bytes_per_token(kv_cache_dtype
+                                                          or self.topo["kv_cache_dtype"]))
+
+    def fleet(self, groups: int = 1, decode: int | None = None, agg: bool = False,
+              kv_cache_dtype: str | None = None) -> offline.Fleet:
+        t, c = self.topo, self.cfg
+        dtype = kv_cache_dtype or t["kv_cache_dtype"]
+        prefill = t["prefill"] or 1
+        dec = t["decode"] if decode is None else decode
+        extra: dict[str, Any] = {}
+        if c.host_kv_tokens:
+            extra = {"native_host_offload": {"num_host_blocks": c.host_kv_tokens // offline.BLOCK,
+                                             "d2h_bandwidth_gbps": c.host_gbps,
+                                             "h2d_bandwidth_gbps": c.host_gbps},
+                     "kv_cache_bytes_per_token": perf.kv_bytes_per_token(dtype)}
+        agg_workers = 0
+        if agg:  # the same GPUs, every worker doing both phases
+            agg_workers = groups * (prefill + dec)
+        elif not t["prefill"]:
+            agg_workers = groups * (t["agg"] or 1)
+        return offline.Fleet(
+            prefill_workers=groups * prefill, decode_workers=groups * dec,
+            agg_workers=agg_workers, kv_blocks=self.capacity(dtype) // offline.BLOCK,
+            kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=c.transfer_gbps,
+            profile=str(self.profile), decode_speedup=self.spec.decode_speedup,
+            prefill_batched_tokens=t["prefill_batched_tokens"], extra=extra)
+
+    def run(self, fleet: offline.Fleet, lanes: int, policy: str | None = None) -> dict:
+        policy = policy or self.cfg.policy
+        count = lanes * max(2, self.cfg.lifetimes)
+        trace = workload.write_trace(self.work_dir / f"trace_{lanes}.jsonl", self.sessions(count))
+        if self.cfg.mode == "live":
+            from serving.sim.live import run_live
+
+            result = run_live(self, fleet, lanes, policy)
+        else:
+            lo = lanes if self.cfg.lifetimes >= 3 else lanes // 2
+            result = offline.run(trace, fleet, lanes, policy, measure=(lo, count - lanes))
+        self.runs += 1
+        result["ok"] = self.meets(result)
+        log.info("%s lanes=%d %s: %.1f tok/s/user, TTFT p90 %.2f s, %.1f s", policy, lanes,
+                 _fleet_name(fleet), result["tok_s_user"], result["ttft_p90_s"], result["wall_s"])
+        return result
+
+    def meets(self, r: dict) -> bool:
+        return (r["tok_s_user"] >= self.cfg.target_tok_s and r["ttft_p90_s"] <= self.cfg.ttft_slo_s)
+
+    def max_sessions(self, fleet: offline.Fleet, policy: str | None = None,
+                     steps: tuple[int, ...] = CAPACITY_STEPS, scale: int = 1) -> tuple[int, dict]:
+        """The most sessions (of `steps` x `scale`) that still meet the target; stops at the
+        first step that misses it."""
+        best, best_run = 0, {}
+        for step in steps:
+            r = self.run(fleet, step * scale, policy)
+            if not r["ok"]:
+                return best, best_run or r
+            best, best_run = step * scale, r
+        return best, best_run
+
+
+def _fleet_name(f: offline.Fleet) -> str:
+    return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.{nd}f}"
+    return str(v)
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> str:
+    text = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    text += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    out = "\n".join(text)
+    print(out, flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_run(sim: Sim) -> dict:
+    fleet = sim.fleet(sim.cfg.groups)
+    r = sim.run(fleet, sim.cfg.sessions)
+    print_table(["fleet", "sessions", "policy", "tok/s/user", "p10", "TTFT p50 s", "TTFT p90 s",
+                 "ITL p90 ms", "prefix reuse", "ok", "wall s"],
+                [[_fleet_name(fleet), sim.cfg.sessions, r["policy"], r["tok_s_user"],
+                  r["tok_s_user_p10"], r["ttft_p50_s"], r["ttft_p90_s"], r["itl_p90_ms"],
+                  f"{r['prefix_reuse']:.0%}", r["ok"], r["wall_s"]]])
+    return {"fleet": _fleet_name(fleet), "result": r}
+
+
+def cmd_seed(sim: Sim) -> dict:
+    cfg, t = sim.cfg, sim.topo
+    base = sim.fleet(1)
+    at_seed = sim.run(base, PUBLISHED["sessions_per_prefill_group"])
+    best, best_run = sim.max_sessions(base)
+    light = max(4, best or 8)
+    disagg = sim.run(base, light)
+    agg = sim.run(sim.fleet(1, agg=True), light)
+    dis66 = at_seed
+    agg66 = sim.run(sim.fleet(1, agg=True), PUBLISHED["sessions_per_prefill_group"])
+    fp8, nv = sim.capacity("fp8"), sim.capacity("nvfp4")
+    probe = sim.sessions(256)
+    mean_tokens = sum(s[-1].prompt + s[-1].output for s in probe) / len(probe) / 2
+    per_dec_fp8, per_dec_nv = fp8 / mean_tokens, nv / mean_tokens
+    fp8_run = sim.run(sim.fleet(1, kv_cache_dtype="fp8"), PUBLISHED["sessions_per_prefill_group"])
+    published_gain = PUBLISHED["nvfp4_tokens"] / PUBLISHED["fp8_tokens"]
+    red = 1 - disagg["itl_p90_ms"] / agg["itl_p90_ms"]
+    red66 = 1 - dis66["itl_p90_ms"] / agg66["itl_p90_ms"]
+    rows = [
+        ["tok/s per user at 1P:4D, 66 sessions", PUBLISHED["tok_s_user"],
+         at_seed["tok_s_user"], f"TTFT p90 {at_seed['ttft_p90_s']:.1f} s, prefix reuse "
+                                f"{at_seed['prefix_reuse']:.0%}"],
+        [f"sessions per prefill group at >= {cfg.target_tok_s:.0f} tok/s/user "
+         f"(and TTFT p90 <= {cfg.ttft_slo_s:.0f} s)", PUBLISHED["sessions_per_prefill_group"],
+         best, f"at {best}: {best_run.get('tok_s_user', float('nan')):.1f} tok/s/user, "
+               f"TTFT p90 {best_run.get('ttft_p90_s', float('nan')):.1f} s"],
+        [f"p90 ITL, 5 aggregated workers vs 1P:4D, {light} sessions (ms)", "-",
+         f"{agg['itl_p90_ms']:.1f} -> {disagg['itl_p90_ms']:.1f}", f"{red:.0%} lower"],
+        ["p90 ITL reduction by disaggregation", f"~{PUBLISHED['itl_p90_reduction']:.0%}",
+         f"{red:.0%} ({light} sessions), {red66:.0%} (66)",
+         f"66 sessions: {agg66['itl_p90_ms']:.1f} -> {dis66['itl_p90_ms']:.1f} ms"],
+        ["a decoder's KV cache, FP8 -> NVFP4 (M tokens)",
+         f"{PUBLISHED['fp8_tokens'] / 1e6:.2f} -> {PUBLISHED['nvfp4_tokens'] / 1e6:.2f}",
+         f"{fp8 / 1e6:.2f} -> {nv / 1e6:.2f}",
+         f"x{nv / fp8:.2f} (published x{published_gain:.2f})"],
+        ["sessions a decode group holds, FP8 -> NVFP4 (mean live context "
+         f"{mean_tokens / 1e3:.0f}k)", "-", f"{per_dec_fp8:.0f} -> {per_dec_nv:.0f}",
+         f"66 sessions with FP8 KV: {fp8_run['tok_s_user']:.1f} tok/s/user, TTFT p90 "
+         f"{fp8_run['ttft_p90_s']:.1f} s, reuse {fp8_run['prefix_reuse']:.0%}"],
+    ]
+    print(f"\nperf model: {perf.version_label(sim.spec)}; prefill column at mean prefix "
+          f"{sim.spec.mean_prefix} tokens; topology {t}")
+    table = print_table(["figure", "published", "simulated", "notes"], rows)
+    return {"table": table, "at_seed": at_seed, "max_sessions": best, "max_run": best_run,
+            "itl": {"sessions": light, "disagg": disagg, "agg": agg, "disagg_66": dis66,
+                    "agg_66": agg66},
+            "kv": {"fp8_tokens": fp8, "nvfp4_tokens": nv, "mean_live_tokens": mean_tokens,
+                   "fp8_run_66": fp8_run}}
+
+
+def cmd_sweep(sim: Sim) -> dict:
+    cfg = sim.cfg
+    policies = [p for p in offline.POLICIES] if cfg.mode == "offline" else ["kv", "kv_soft"]
+    results = []
+    for k in RATIOS:
+        fleet = sim.fleet(cfg.groups, decode=k)
+        for policy in policies:
+            for n in SWEEP_SESSIONS:
+                r = sim.run(fleet, n, policy)
+                results.append({"ratio": f"1:{k}", "policy": policy, "sessions": n,
+                                "gpus": fleet.workers * sim.topo["tp"], **r})
+    rows = [[x["ratio"], x["policy"], x["sessions"], x["gpus"], x["tok_s_user"], x["ttft_p90_s"],
+             f"{x['prefix_reuse']:.0%}", x["ok"]] for x in results]
+    table = print_table(["P:D", "policy", "sessions", "GPUs", "tok/s/user", "TTFT p90 s",
+                         "prefix reuse", "ok"], rows)
+    breaks = {}
+    for k in RATIOS:
+        for policy in policies:
+            runs = [x for x in results if x["ratio"] == f"1:{k}" and x["policy"] == policy]
+            ok = [x["sessions"] for x in runs if x["ok"]]
+            bad_ttft = [x["sessions"] for x in runs if x["ttft_p90_s"] > cfg.ttft_slo_s]
+            bad_tok = [x["sessions"] for x in runs if x["tok_s_user"] < cfg.target_tok_s]
+            breaks[f"1:{k} {policy}"] = {"max_ok": max(ok, default=0),
+                                         "ttft_breaks_at": min(bad_ttft, default=None),
+                                         "tok_s_breaks_at": min(bad_tok, default=None)}
+    print_table(["P:D policy", "most sessions meeting target", "TTFT p90 breaks at",
+                 "tok/s/user breaks at"],
+                [[k, v["max_ok"], v["ttft_breaks_at"] or "-", v["tok_s_breaks_at"] or "-"]
+                 for k, v in breaks.items()])
+    if cfg.plot:
+        plot_sweep(results, Path(cfg.plot), sim)
+    return {"table": table, "results": results, "breaks": breaks}
+
+
+def plot_sweep(results: list[dict], path: Path, sim: Sim) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (ratio, policy) in sorted({(x["ratio"], x["policy"]) for x in results}):
+        runs = [x for x in results if x["ratio"] == ratio and x["policy"] == policy]
+        style = "-" if policy == "kv" else "--"
+        for ax, key in zip(axes, ("ttft_p90_s", "tok_s_user"), strict=False):
+            ax.plot([x["sessions"] for x in runs], [x[key] for x in runs], style, marker="o",
+                    label=f"{ratio} {policy}")
+    axes[0].axhline(sim.cfg.ttft_slo_s, color="grey", lw=0.8)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("TTFT p90 (s)")
+    axes[1].axhline(sim.cfg.target_tok_s, color="grey", lw=0.8)
+    axes[1].set_ylabel("tok/s per user (decoding)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel(f"concurrent sessions on {sim.cfg.groups} groups")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"GLM-5.3 on {sim.cfg.system}, simulated ({perf.version_label(sim.spec)})",
+                 fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def cmd_recommend(sim: Sim) -> dict:
+    cfg = sim.cfg
+    options = []
+    for k in RATIOS:
+        fleet = sim.fleet(1, decode=k)
+        per_group, r = sim.max_sessions(fleet)
+        gpus = fleet.workers * sim.topo["tp"]
+        options.append({"ratio": f"1:{k}", "sessions_per_group": per_group,
+                        "gpus_per_group": gpus,
+                        "sessions_per_gpu": per_group / gpus if gpus else 0.0, "run": r})
+    best = max(options, key=lambda o: (o["sessions_per_gpu"], o["sessions_per_group"]))
+    print_table(["P:D", "sessions per group", "GPUs per group", "sessions per GPU"],
+                [[o["ratio"], o["sessions_per_group"], o["gpus_per_group"],
+                  f"{o['sessions_per_gpu']:.2f}"] for o in options])
+    if best["sessions_per_group"] == 0:
+        print(f"recommendation: none; no P:D ratio reaches {cfg.target_tok_s:.0f} tok/s per user "
+              f"with TTFT p90 <= {cfg.ttft_slo_s:.0f} s on this hardware and perf data")
+        return {"options": options, "recommendation": None}
+    groups = math.ceil(cfg.sessions / best["sessions_per_group"])
+    rec = {"ratio": best["ratio"], "groups": groups,
+           "gpus": groups * best["gpus_per_group"],
+           "sessions_per_group": best["sessions_per_group"]}
+    print(f"recommendation: {groups} groups of {best['ratio']} (TP{sim.topo['tp']}, "
+          f"{rec['gpus']} GPUs) for {cfg.sessions} concurrent sessions at >= "
+          f"{cfg.target_tok_s:.0f} tok/s per user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s "
+          f"({best['sessions_per_group']} sessions per group)")
+    return {"options": options, "recommendation": rec}
+
+
+# ---------------------------------------------------------------------------------------------
+def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, str | None]:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    store_schema("serving", ServingConfig)
+    store_schema("simulate", SimulateConfig)
+    ConfigStore.instance().store(name="rollfleet_simulate", node={
+        "defaults": [{"serving": "glm5_gpu"}, {"simulate": "schema"}, "_self_"],
+        "work_dir": None, "cache_dir": None})
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("rollfleet_simulate", overrides=argv)
+    serving = OmegaConf.to_object(cfg.serving)
+    sim = OmegaConf.to_object(cfg.simulate)
+    for f in fields(SimulateConfig):
+        choices = f.metadata.get("choices")
+        if choices and getattr(sim, f.name) not in choices:
+            raise ServingError(f"simulate.{f.name} must be one of {choices}, "
+                               f"got {getattr(sim, f.name)!r}")
+    return serving, sim, cfg.get("work_dir"), cfg.get("cache_dir")
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv and argv[0] in COMMANDS else "run"
+    overrides = argv[1:] if argv and argv[0] in COMMANDS else argv
+    try:
+        serving, cfg, work_dir, cache_dir = load(overrides)
+    except Exception as exc:  # Hydra and OmegaConf errors: one line, what to fix
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    if serving.mode not in ("disagg", "kv_routed", "mocker"):
+        print(f"error: serving.mode={serving.mode} has no Dynamo workers to simulate; use a "
+              "disagg or kv_routed topology (serving=glm5_gpu, disagg, kv_routed)",
+              file=sys.stderr)
+        return 2
+    cache = Path(cache_dir) if cache_dir else ROOT / ".cache"
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rollfleet-sim-") as tmp:
+        sim = Sim(serving, cfg, Path(work_dir or tmp), cache)
+        if work_dir:
+            Path(work_dir).mkdir(parents=True, exist_ok=True)
+        print(f"perf model: {perf.version_label(sim.spec)}", flush=True)
+        result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
+                  "cmd_recommend": cmd_recommend}[f"cmd_{command}"](sim)
+    elapsed = time.monotonic() - t0
+    print(f"{sim.runs} simulations in {elapsed:.0f} s", flush=True)
+    if cfg.out:
+        out = {"command": command, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+               "machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                           "python": platform.python_version()},
+               "versions": {"ai-dynamo": _version("ai-dynamo"),
+                            "aiconfigurator-core": perf.aic_version()},
+               "perf_model": perf.version_label(sim.spec), "perf_spec": asdict(sim.spec),
+               "serving": asdict(serving), "simulate": asdict(cfg), "topology": sim.topo,
+               "workload": workload.shape_summary(sim.sessions(256)),
+               "elapsed_s": round(elapsed, 1), "simulations": sim.runs, **result}
+        out.pop("table", None)
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("aiconfigurator_core", "dynamo"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    sys.exit(main(sys.argv[1:]))
+
