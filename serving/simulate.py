@@ -28,17 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("DYN_LOG", "warn")  # the replay's router logs every decision at info
-
-from serving.config import ServingConfig, ServingError, store_schema  # noqa: E402
-from serving.sim import offline, perf, workload  # noqa: E402
-from serving.sim.config import SimulateConfig, topology  # noqa: E402
+from serving.config import ServingConfig, ServingError, store_schema
+from serving.sim import offline, perf, workload
+from serving.sim.config import SimulateConfig, topology
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 COMMANDS = ("run", "seed", "sweep", "recommend")
 RATIOS = (1, 2, 3, 4, 5, 6)
-SWEEP_SESSIONS = (100, 250, 500, 1000, 2000)
 CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
 PUBLISHED = {"tok_s_user": 101.0, "sessions_per_prefill_group": 66, "itl_p90_reduction": 0.40,
              "fp8_tokens": 1.09e6, "nvfp4_tokens": 1.63e6}
@@ -214,12 +211,12 @@ def cmd_seed(sim: Sim) -> dict:
 
 def cmd_sweep(sim: Sim) -> dict:
     cfg = sim.cfg
-    policies = [p for p in offline.POLICIES] if cfg.mode == "offline" else ["kv", "kv_soft"]
+    policies = list(cfg.sweep_policies)
     results = []
     for k in RATIOS:
         fleet = sim.fleet(cfg.groups, decode=k)
         for policy in policies:
-            for n in SWEEP_SESSIONS:
+            for n in cfg.sweep_sessions:
                 r = sim.run(fleet, n, policy)
                 results.append({"ratio": f"1:{k}", "policy": policy, "sessions": n,
                                 "gpus": fleet.workers * sim.topo["tp"], **r})
@@ -328,6 +325,18 @@ def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, st
 
 
 def main(argv: list[str]) -> int:
+    # the replay's router logs every decision at info. Quieted for this call only: set at import,
+    # it leaked into every process a test session started afterwards (their Dynamo logs went empty)
+    prior = os.environ.get("DYN_LOG")
+    os.environ.setdefault("DYN_LOG", "warn")
+    try:
+        return _main(argv)
+    finally:
+        if prior is None:
+            os.environ.pop("DYN_LOG", None)
+
+
+def _main(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else "run"
     overrides = argv[1:] if argv and argv[0] in COMMANDS else argv
     try:

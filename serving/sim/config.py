@@ -4,7 +4,7 @@ simulated engines are timed by, and the workload. The topology itself is a `serv
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serving.config import ServingConfig, one_of
 from serving.sim.offline import POLICIES
@@ -44,6 +44,8 @@ class SimulateConfig:
     speedup_ratio: float = 20.0  # live mode: the mocker's clock runs this much faster
     out: str | None = None  # JSON of the figures
     plot: str | None = None  # sweep: PNG
+    sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
+    sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
 
 
 def topology(serving: ServingConfig) -> dict:
