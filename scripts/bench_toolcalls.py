@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from envs import EnvConfig, load
+from rollout.config import RolloutConfig
 from rollout.model_client import ModelClient, SamplingConfig
 from serving import Cluster, ModelConfig, ServingConfig, check_call
 
@@ -69,7 +70,7 @@ async def run_variant(client: ModelClient, messages, tools, n: int, max_tokens: 
 
 
 async def bench(args) -> dict:
-    env = load(EnvConfig(max_command_chars=200, max_file_chars=500))
+    env = load(EnvConfig())  # the job's tools, the job's argument limits
     task = sorted(env.tasks.values(), key=lambda t: t.task_id)[0]
     messages, tools = env.prompt(task), env.tools
     with tempfile.TemporaryDirectory() as run_dir, \
@@ -93,7 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=200, help="turns per variant")
-    parser.add_argument("--max-tokens", type=int, default=1536, help="project turns' budget")
+    parser.add_argument("--max-tokens", type=int, default=RolloutConfig.max_tokens_per_turn,
+                        help="project turns' budget (the job's: it holds a worst-case call)")
     parser.add_argument("--stock-max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--cache", type=Path,

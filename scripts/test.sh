@@ -7,4 +7,4 @@ cd "$ROOT"
 bash scripts/setup.sh
 VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
 "$VENV/bin/ruff" check .
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=25 tests "$@"
