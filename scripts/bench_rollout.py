@@ -70,10 +70,13 @@ def _ours() -> set[int]:
 
 
 def foreign_heavy() -> list[str]:
-    """Heavy processes on this host that this run did not start."""
+    """Heavy processes on this host that this run did not start (a `flock` waiting to start one
+    is not: its command runs as its child once it holds the lock)."""
     ours, found = _ours(), []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["name"] == "flock":
+            continue
         if p.info["pid"] not in ours and any(m in cmd for m in HEAVY):
             found.append(f"{p.info['pid']}: {cmd[:100]}")
     return found
