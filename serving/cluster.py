@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,6 +21,7 @@ from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import Endpoint
+from serving.kvtier import MooncakeTier, kv_transfer_config
 from serving.tiny_model import ensure_tiny_glm
 from serving.toolcall import SPECIAL_TOKENS
 from serving.vllm_engine import VllmEngine
@@ -94,6 +96,7 @@ class Cluster:
         self.frontends: list[DynamoFrontend] = []
         self.endpoint: Endpoint | None = None
         self.watchdog: DeregistrationWatchdog | None = None
+        self.kv_tier: MooncakeTier | None = None
         self._stopping = threading.Event()
 
     def __enter__(self) -> Endpoint:
@@ -110,10 +113,13 @@ class Cluster:
         model_dir = resolve_model_dir(self.model, self.cache_dir)
         if self.serving.mode == "external":
             return self._external(model_dir)
+        self._start_kv_tier()
         if self.serving.mode in ("kv_routed", "disagg", "mocker"):
             return self._dynamo(model_dir)
+        transfer = kv_transfer_config(self.serving, "agg", self._tier_settings())
         engine = VllmEngine("0", model_dir, self.model, self.serving, self.run_dir,
-                            self.cache_dir, port=self.serving.port)
+                            self.cache_dir, port=self.serving.port, extra_args=[
+                                "--kv-transfer-config", json.dumps(transfer)] if transfer else [])
         self.engines.append(engine)
         log.info("starting vLLM engine %s on %s (model %s)", engine.engine_id, engine.base_url,
                  model_dir)
@@ -121,6 +127,19 @@ class Cluster:
         return self._endpoint(model_dir, f"{engine.base_url}/v1", "vllm",
                               engine_ids=(engine.engine_id,),
                               metrics_urls={engine.engine_id: f"{engine.base_url}/metrics"})
+
+    def _start_kv_tier(self) -> None:
+        """The host-DRAM KV tier (serving.kv_tier), up before any engine connects to it."""
+        if self.serving.kv_tier == "none":
+            return
+        if self.serving.mode in ("mocker", "external"):
+            raise ServingError(f"serving.kv_tier={self.serving.kv_tier} needs engines this job "
+                               f"starts; serving={self.serving.mode} has none")
+        self.kv_tier = MooncakeTier(self.serving, self.run_dir)
+        self.kv_tier.start()
+
+    def _tier_settings(self) -> dict | None:
+        return self.kv_tier.extra_config() if self.kv_tier is not None else None
 
     def _endpoint(self, model_dir: Path, base_url: str, front_door: str, **facts) -> Endpoint:
         return Endpoint(base_url=base_url, model=self.model.name, model_dir=str(model_dir),
@@ -152,7 +171,9 @@ class Cluster:
         for i, (name, role) in enumerate(roles):
             self.workers.append(worker_cls(name, role, model_dir, self.model, cfg,
                                            self.run_dir, self.cache_dir, self.plane.env(),
-                                           core=i % cores if cfg.device == "cpu" else None))
+                                           core=i % cores if cfg.device == "cpu" else None,
+                                           **({"kv_tier": self._tier_settings()}
+                                              if self.kv_tier else {})))
         log.info("starting %d Dynamo %s workers (%s) for %s", len(roles),
                  "mocker" if mocker else "vLLM", ", ".join(f"{n}:{r}" for n, r in roles),
                  model_dir)
@@ -197,7 +218,8 @@ class Cluster:
         if self._stopping.is_set():
             raise ServingError(f"not restarting worker {name}: the cluster is stopping")
         new = type(old)(old.name, old.role, old.model_dir, self.model, self.serving,
-                        self.run_dir, self.cache_dir, self.plane.env(), core=old.core)
+                        self.run_dir, self.cache_dir, self.plane.env(), core=old.core,
+                        **({"kv_tier": old.kv_tier} if old.kv_tier else {}))
         self.workers[self.workers.index(old)] = new
         new.start()
         new.wait_ready(time.monotonic() + self.serving.startup_timeout_s, self._stopping)
@@ -252,3 +274,7 @@ class Cluster:
             engine = self.engines.pop()
             log.info("stopping engine %s", engine.engine_id)
             engine.stop()
+        if self.kv_tier is not None:  # after the engines, its clients
+            log.info("stopping the KV tier")
+            self.kv_tier.stop()
+            self.kv_tier = None

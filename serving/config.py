@@ -16,6 +16,7 @@ LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
 MODES = ("embedded", "kv_routed", "disagg", "mocker", "external")
 ROUTER_MODES = ("kv", "round-robin", "random")
 AFFINITY = ("soft", "hard", "off")
+KV_TIERS = ("none", "mooncake")
 
 
 def one_of(default: str, choices) -> str:
@@ -95,6 +96,9 @@ class ServingConfig:
     session_ttl_s: int = 600
     busy_threshold: float = 0.85  # KV use above which an engine is busy and yields its sessions
     frontends: int = 1
+    # host-DRAM KV tier shared by all engines (serving/kvtier/), any topology but the mocker
+    kv_tier: str = one_of("none", KV_TIERS)
+    kv_tier_gib: float = 4.0  # host DRAM the tier holds (the Mooncake store's segment)
     # mocker topology (serving/dynamo/mocker.py)
     speedup_ratio: float = 1.0  # the mocker's simulated engine time is divided by this
     replay_trace: str | None = None  # Mooncake JSONL of completions to answer with

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.kvtier import kv_transfer_config
 from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env
 from serving.vllm_plugin import NIXL_PROGRESS_DELAY_ENV
@@ -28,7 +29,7 @@ class DynamoWorker:
 
     def __init__(self, name: str, role: str, model_dir: Path, model: ModelConfig,
                  cfg: ServingConfig, run_dir: Path, cache_dir: Path, plane_env: dict[str, str],
-                 core: int | None = None) -> None:
+                 core: int | None = None, kv_tier: dict | None = None) -> None:
         if role not in ROLES:
             raise ServingError(f"unknown worker role {role!r}; expected one of {ROLES}")
         self.name, self.role = name, role
@@ -36,6 +37,7 @@ class DynamoWorker:
         self.run_dir, self.cache_dir = run_dir, cache_dir
         self.plane_env = plane_env
         self.core = core
+        self.kv_tier = kv_tier  # the KV tier's connector settings (serving/kvtier/), if any
         self.system_port = free_port(cfg.host, below=32768)  # Dynamo reads it as an i16
         self.nixl_port = free_port(cfg.host)
         self.instance_id = ""  # Dynamo's worker id (hex), known once it has registered
@@ -62,10 +64,10 @@ class DynamoWorker:
         if c.kv_cache_dtype != "auto":
             args += ["--kv-cache-dtype", c.kv_cache_dtype]
         if self.role != "agg":
-            kv_role = "kv_producer" if self.role == "prefill" else "kv_consumer"
-            args += ["--disaggregation-mode", self.role, "--kv-transfer-config", json.dumps(
-                {"kv_connector": "NixlConnector", "kv_role": kv_role,
-                 "kv_buffer_device": "cpu" if c.device == "cpu" else "cuda"})]
+            args += ["--disaggregation-mode", self.role]
+        transfer = kv_transfer_config(c, self.role, self.kv_tier)
+        if transfer is not None:
+            args += ["--kv-transfer-config", json.dumps(transfer)]
         role_args = {"prefill": c.prefill_args, "decode": c.decode_args}.get(self.role, [])
         return args + list(m.extra_args) + list(c.extra_args) + list(role_args)
 
