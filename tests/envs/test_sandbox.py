@@ -203,3 +203,20 @@ def test_memory_is_bounded_per_session():
         assert res.output.splitlines().count("HELD") < 3 and "Killed" in res.output
     finally:
         w.close()
+
+
+@AS_ROOT
+def test_other_sessions_mounts_are_not_in_the_sandbox(ws, tmp_path):
+    """A session's sandbox takes in none of the mounts other sessions hold under /tmp: bwrap
+    remounts every mount it takes in, and one that vanished meanwhile failed the start."""
+    other = tmp_path / "other-session"
+    other.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(other)], check=True)
+    try:
+        res = sh(ws, "awk '{print $5}' /proc/self/mountinfo | grep '^/tmp/'")
+    finally:
+        subprocess.run(["umount", str(other)], check=True)
+    assert res.exit_code == 0, res.output
+    mounts = res.output.split()
+    assert str(ws.path) in mounts  # the session's own folder is there
+    assert not [m for m in mounts if m.startswith(str(tmp_path))], mounts
