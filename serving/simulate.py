@@ -10,6 +10,7 @@ limit). Commands:
   run        one fleet: `simulate.groups` x (P:D of the serving config), `simulate.sessions`
   seed       the seed's figures beside the published ones (1P:4D, 66 sessions, ITL, KV formats)
   sweep      P:D 1:1 ... 1:6 x routing policies x 100 ... 2,000 sessions on `simulate.groups`
+             (`simulate.jobs=2`: two replays side by side, one per core)
   recommend  the P:D ratio and group count for `simulate.sessions` at `simulate.target_tok_s`
 """
 
@@ -99,7 +100,8 @@ class Sim:
     def run(self, fleet: offline.Fleet, lanes: int, policy: str | None = None) -> dict:
         policy = policy or self.cfg.policy
         count = lanes * max(2, self.cfg.lifetimes)
-        trace = workload.write_trace(self.work_dir / f"trace_{lanes}.jsonl", self.sessions(count))
+        trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
+                                     self.sessions(count))
         if self.cfg.mode == "live":
             from serving.sim.live import run_live
 
@@ -212,14 +214,18 @@ def cmd_seed(sim: Sim) -> dict:
 def cmd_sweep(sim: Sim) -> dict:
     cfg = sim.cfg
     policies = list(cfg.sweep_policies)
-    results = []
-    for k in RATIOS:
-        fleet = sim.fleet(cfg.groups, decode=k)
-        for policy in policies:
-            for n in cfg.sweep_sessions:
-                r = sim.run(fleet, n, policy)
-                results.append({"ratio": f"1:{k}", "policy": policy, "sessions": n,
-                                "gpus": fleet.workers * sim.topo["tp"], **r})
+    points = [(k, policy, n) for k in RATIOS for policy in policies for n in cfg.sweep_sessions]
+    if cfg.jobs > 1 and cfg.mode == "offline":  # replays are single-threaded: one per core
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _SWEEP_SIM
+        _SWEEP_SIM = sim
+        with ProcessPoolExecutor(cfg.jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+            results = list(ex.map(_sweep_point, points))
+        sim.runs += len(points)
+    else:
+        results = [_sweep_point(p, sim) for p in points]
     rows = [[x["ratio"], x["policy"], x["sessions"], x["gpus"], x["tok_s_user"], x["ttft_p90_s"],
              f"{x['prefix_reuse']:.0%}", x["ok"]] for x in results]
     table = print_table(["P:D", "policy", "sessions", "GPUs", "tok/s/user", "TTFT p90 s",
@@ -241,6 +247,19 @@ def cmd_sweep(sim: Sim) -> dict:
     if cfg.plot:
         plot_sweep(results, Path(cfg.plot), sim)
     return {"table": table, "results": results, "breaks": breaks}
+
+
+_SWEEP_SIM: Sim | None = None  # the sweep's Sim, inherited by forked worker processes
+
+
+def _sweep_point(point: tuple[int, str, int], sim: Sim | None = None) -> dict:
+    sim = sim or _SWEEP_SIM
+    assert sim is not None
+    k, policy, n = point
+    fleet = sim.fleet(sim.cfg.groups, decode=k)
+    r = sim.run(fleet, n, policy)
+    return {"ratio": f"1:{k}", "policy": policy, "sessions": n,
+            "gpus": fleet.workers * sim.topo["tp"], **r}
 
 
 def plot_sweep(results: list[dict], path: Path, sim: Sim) -> None:

@@ -46,6 +46,7 @@ class SimulateConfig:
     plot: str | None = None  # sweep: PNG
     sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
+    jobs: int = 1  # sweep: simulations run side by side (processes; offline mode only)
 
 
 def topology(serving: ServingConfig) -> dict:

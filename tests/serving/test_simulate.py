@@ -85,3 +85,16 @@ def test_record_shapes_are_read_from_a_run_folder(tmp_path: Path):
     lines = [json.loads(x) for x in trace.read_text().splitlines()]
     assert lines[1]["hash_ids"][:len(lines[0]["hash_ids"])] == lines[0]["hash_ids"]
     assert lines[1]["delay"] == 1500.0
+
+
+def test_a_tiny_sweep_runs_its_points_side_by_side(tmp_path: Path):
+    out = tmp_path / "sweep.json"
+    tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
+    rc = main(["sweep", "serving=glm5_gpu", *tiny, "simulate.sweep_sessions=[2]",
+               "simulate.sweep_policies=[kv]", "simulate.jobs=2", f"simulate.out={out}",
+               f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"])
+    assert rc == 0
+    got = json.loads(out.read_text())
+    assert [x["ratio"] for x in got["results"]] == [f"1:{k}" for k in range(1, 7)]
+    assert all(x["requests"] >= 3 and x["policy"] == "kv" for x in got["results"])
+    assert got["simulations"] == 6 and set(got["breaks"]) == {f"1:{k} kv" for k in range(1, 7)}
