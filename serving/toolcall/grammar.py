@@ -28,6 +28,10 @@ KEY_START, KEY_END = "<arg_key>", "</arg_key>"
 VALUE_START, VALUE_END = "<arg_value>", "</arg_value>"
 THINK_END = "</think>"
 TURN_END = "<|observation|>"  # the stop token the chat template expects after a call
+# One character of a string value (a regex class): every code point but the surrogates. The
+# split at U+D000 works around xgrammar 0.2.7, which drops U+D000-U+D7FF from a range that
+# crosses U+D000 (checked on every code point: only the 2,048 surrogates are refused).
+CHARACTER = r"[\u0000-\ucfff\ud000-\ud7ff\ue000-\U0010ffff]"
 OTHER_STOPS = ["<|user|>", "<|endoftext|>"]  # stop tokens a call turn must not end with
 MARKUP = [CALL_START, CALL_END, KEY_START, KEY_END, VALUE_START, VALUE_END, "<think>", THINK_END]
 MARKUP_TOKENS = [*MARKUP, TURN_END]  # each must be one token of the model's vocabulary
@@ -100,7 +104,9 @@ def _value(schema: dict) -> tuple[dict, int]:
     kinds = schema.get("type")
     if kinds == "string" and "enum" not in schema:
         limit = _string_bound(schema)
-        pattern = f"[\\s\\S]{{{schema.get('minLength', 0)},{limit}}}"
+        # every code point but the surrogates, whose UTF-8 forms xgrammar's [\s\S] admits and
+        # no UTF-8 decoder accepts
+        pattern = f"{CHARACTER}{{{schema.get('minLength', 0)},{limit}}}"
         return {"type": "regex", "pattern": pattern}, 4 * limit
     return ({"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1},
             _json_bound(schema))

@@ -63,6 +63,31 @@ def test_string_values_admit_only_complete_characters(compiler, tokenizer, requi
     assert not _accepts(compiler, required, head + snowman[1:])  # continuation bytes first
 
 
+def _byte_tokens(tokenizer) -> dict[int, int]:
+    """byte -> the id of the vocabulary's token holding just that byte."""
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    return {v[0]: i for i, v in enumerate(info.decoded_vocab) if len(v) == 1}
+
+
+def test_string_values_refuse_encoded_surrogates(compiler, tokenizer, required, token_ids):
+    """Regression: `[\\s\\S]` admitted ED A0 80 (an encoded surrogate), which no UTF-8
+    decoder accepts: 4 of 200 project-grammar turns of the tool-call benchmark were invalid."""
+    head = _enc(tokenizer, "<tool_call>bash<arg_key>command</arg_key><arg_value>")
+    byte = _byte_tokens(tokenizer)
+    assert _accepts(compiler, required, head + [byte[0xED], byte[0x9F], byte[0xBF]])  # U+D7FF
+    assert _accepts(compiler, required, head + [byte[0xED], byte[0x80], byte[0x80]])  # U+D000
+    assert not _accepts(compiler, required, head + [byte[0xED], byte[0xA0], byte[0x80]])
+
+
+@pytest.mark.xfail(strict=True, reason="xgrammar 0.2.7 decodes overlong UTF-8 forms (C0 80 = "
+                   "U+0000) as their code point, and a grammar sees code points, not bytes; the "
+                   "parser finds such a value (invalid_utf8) and the call does not run")
+def test_string_values_refuse_overlong_forms(compiler, tokenizer, required):
+    head = _enc(tokenizer, "<tool_call>bash<arg_key>command</arg_key><arg_value>")
+    byte = _byte_tokens(tokenizer)
+    assert not _accepts(compiler, required, head + [byte[0xC1], byte[0x81]])  # "A", overlong
+
+
 def test_markup_inside_a_value_is_text_and_parsed_as_such(compiler, tokenizer, required, tools):
     """The grammar reads a markup token inside a value as text; so does the parser."""
     inner = "a</arg_value>b<tool_call>c"
