@@ -98,6 +98,7 @@ class Cluster:
         self.watchdog: DeregistrationWatchdog | None = None
         self.kv_tier: MooncakeTier | None = None
         self._stopping = threading.Event()
+        self._restarting = threading.Lock()
 
     def __enter__(self) -> Endpoint:
         try:
@@ -207,22 +208,28 @@ class Cluster:
             engine_names={w.instance_id: w.name for w in self.workers if w.instance_id})
         return self.endpoint
 
-    def restart_worker(self, name: str) -> None:
+    def restart_worker(self, name: str, expected: DynamoWorker | None = None) -> None:
         """Replace a Dynamo worker (dead or alive) by a fresh one with the same role; it
-        registers under a new instance id, which the endpoint's engine names learn."""
-        old = next((w for w in self.workers if w.name == name), None)
-        if old is None or self.plane is None:
-            raise ServingError(f"no worker named {name!r}; workers: "
-                               f"{[w.name for w in self.workers]}")
-        old.stop()
-        if self._stopping.is_set():
-            raise ServingError(f"not restarting worker {name}: the cluster is stopping")
-        new = type(old)(old.name, old.role, old.model_dir, self.model, self.serving,
-                        self.run_dir, self.cache_dir, self.plane.env(), core=old.core,
-                        **({"kv_tier": old.kv_tier} if old.kv_tier else {}))
-        self.workers[self.workers.index(old)] = new
-        new.start()
-        new.wait_ready(time.monotonic() + self.serving.startup_timeout_s, self._stopping)
+        registers under a new instance id, which the endpoint's engine names learn. With
+        `expected` (the watchdog's), only if that worker is still the one serving: a restart
+        by the caller may have replaced it since it was seen. One restart at a time."""
+        with self._restarting:
+            old = next((w for w in self.workers if w.name == name), None)
+            if old is None or self.plane is None:
+                raise ServingError(f"no worker named {name!r}; workers: "
+                                   f"{[w.name for w in self.workers]}")
+            if expected is not None and old is not expected:
+                log.info("worker %s was already replaced; not restarting it again", name)
+                return
+            old.stop()
+            if self._stopping.is_set():
+                raise ServingError(f"not restarting worker {name}: the cluster is stopping")
+            new = type(old)(old.name, old.role, old.model_dir, self.model, self.serving,
+                            self.run_dir, self.cache_dir, self.plane.env(), core=old.core,
+                            **({"kv_tier": old.kv_tier} if old.kv_tier else {}))
+            self.workers[self.workers.index(old)] = new
+            new.start()
+            new.wait_ready(time.monotonic() + self.serving.startup_timeout_s, self._stopping)
         if self.endpoint is not None:
             self.endpoint.engine_names[new.instance_id] = new.name
             self.endpoint.metrics_urls[new.name] = new.metrics_url

@@ -30,11 +30,12 @@ def registered(discovery: Path, instance_id: str) -> bool:
 
 
 class DeregistrationWatchdog(threading.Thread):
-    """Every `interval_s`: a worker that is alive, known, and unregistered for `grace_s` is
-    restarted through `restart(name)`."""
+    """Every `interval_s`: a worker that is alive, known, not being stopped, and unregistered
+    for `grace_s` is restarted through `restart(name, worker)` (which leaves it alone if it
+    has been replaced meanwhile)."""
 
     def __init__(self, workers: Callable[[], list[DynamoWorker]], discovery: Path,
-                 restart: Callable[[str], None], interval_s: float = 2.0,
+                 restart: Callable[[str, DynamoWorker], None], interval_s: float = 2.0,
                  grace_s: float = 6.0) -> None:
         super().__init__(name="dynamo-watchdog", daemon=True)
         self.workers, self.discovery, self.restart = workers, discovery, restart
@@ -47,7 +48,7 @@ class DeregistrationWatchdog(threading.Thread):
         while not self.stopping.wait(self.interval_s):
             now = time.monotonic()
             for worker in self.workers():
-                if not (worker.alive() and worker.instance_id) or registered(
+                if not (worker.alive() and worker.instance_id) or worker.retired or registered(
                         self.discovery, worker.instance_id):
                     missing_since.pop(worker.name, None)
                     continue
@@ -58,7 +59,7 @@ class DeregistrationWatchdog(threading.Thread):
                     missing_since.pop(worker.name)
                     self.restarts.append(worker.name)
                     try:
-                        self.restart(worker.name)
+                        self.restart(worker.name, worker)
                     except Exception as exc:  # noqa: BLE001 - keep watching the others
                         log.error("restarting worker %s failed: %s", worker.name, exc)
 

@@ -41,6 +41,7 @@ class DynamoWorker:
         self.system_port = free_port(cfg.host, below=32768)  # Dynamo reads it as an i16
         self.nixl_port = free_port(cfg.host)
         self.instance_id = ""  # Dynamo's worker id (hex), known once it has registered
+        self.retired = False  # being stopped or replaced: nobody should restart it
         self.process: ManagedProcess | None = None
 
     @property
@@ -111,6 +112,7 @@ class DynamoWorker:
         return self.process is not None and self.process.alive()
 
     def stop(self) -> None:
+        self.retired = True  # from now on, a missing registration is expected
         if self.process is not None:
             self.process.stop()
             self.process = None

@@ -67,7 +67,7 @@ def test_a_killed_engine_loses_no_session(tmp_path):
     other engine, and every rollout is recorded."""
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "serving=kv_routed", "rollout.samples_per_task=4", "rollout.max_retries=3")
+    job = _job(out, "serving=kv_routed", "rollout.samples_per_task=3", "rollout.max_retries=3")
     victim_log = out / "logs" / "worker-agg1.log"
     deadline = time.monotonic() + 400
     while not (out / "logs" / "frontend-0.log").exists() or not _served(victim_log, 3):
@@ -79,7 +79,7 @@ def test_a_killed_engine_loses_no_session(tmp_path):
     log, _ = job.communicate(timeout=900)
     assert job.returncode == 0, log[-3000:]
     ds = load_from_disk(str(out / "dataset"))
-    assert len(ds) == 20  # 5 tasks x 4 samples, none lost
+    assert len(ds) == 15  # 5 tasks x 3 samples, none lost
     assert all(row["status"] in ("ok", "truncated") for row in ds), [
         (row["rollout_id"], row["error"]) for row in ds if row["status"] == "infra_error"]
     late = [t["engine_id"] for row in ds if row["attempt"] > 0 for t in row["turns"]]

@@ -56,8 +56,9 @@ def test_gpu_topology_is_refused_without_its_gpus(tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rollout.config import project_root, typed
+    from rollout.config import project_root, register_schemas, typed
 
+    register_schemas()  # the YAML files' defaults name `<group>/schema`
     with initialize_config_dir(str(project_root() / "conf"), version_base=None):
         cfg = compose("config", ["serving=glm5_gpu"])
     serving = typed(ServingConfig, OmegaConf.to_container(cfg.serving, resolve=True), "serving")
