@@ -97,6 +97,15 @@ def free_port(host: str = "127.0.0.1", below: int | None = None) -> int:
     raise OSError(f"no free port below {below} on {host}")
 
 
+def accepts(host: str, port: int) -> bool:
+    """Whether something listens on (host, port) and takes a connection."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

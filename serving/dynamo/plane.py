@@ -9,24 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 
 import httpx
 
 from serving.config import ServingConfig, ServingError
-from serving.process import ManagedProcess, free_port, wait_until
+from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 DISCOVERY = ("file", "etcd")
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _etcd_healthy(url: str) -> bool:
@@ -61,7 +52,7 @@ class ControlPlane:
         if self.cfg.discovery == "file":
             xsub, xpub = free_port(host), free_port(host)
             self._spawn("event-broker", ["-m", "serving.dynamo.broker", str(xsub), str(xpub), host])
-            if not wait_until(lambda: _accepts(host, xpub), 10):
+            if not wait_until(lambda: accepts(host, xpub), 10):
                 raise ServingError(f"event broker did not start; see {self.dir}/event-broker.log")
             self._env = {**common, "DYN_DISCOVERY_BACKEND": "file",
                          "DYN_FILE_KV": str(self.dir / "discovery"), "DYN_EVENT_PLANE": "zmq",
@@ -101,7 +92,7 @@ class ControlPlane:
         port = free_port(host)
         self._spawn("nats", ["-a", host, "-p", str(port), "-js", "-sd", str(self.dir / "nats")],
                     exe)
-        if not wait_until(lambda: _accepts(host, port), 30):
+        if not wait_until(lambda: accepts(host, port), 30):
             raise ServingError(f"nats-server did not start on {host}:{port}; "
                                f"see {self.dir}/nats.log")
         return f"nats://{host}:{port}"

@@ -22,26 +22,17 @@ tier as down and recompute.
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import threading
 from pathlib import Path
 
 from serving.config import ServingConfig, ServingError
-from serving.process import ManagedProcess, free_port, wait_until
+from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 log = logging.getLogger(__name__)
 
 CONNECTOR = "MooncakeTierConnector"
 CONNECTOR_MODULE = "serving.kvtier.connector"
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _mooncake_bin(name: str) -> str:
@@ -102,14 +93,14 @@ class MooncakeTier:
     def _start_master(self) -> None:
         self.master = ManagedProcess("mooncake-master", self.master_argv(), self._env(),
                                      self.dir / "master.log")
-        if not wait_until(lambda: _accepts(self.host, self.master_port), 15, 0.1):
+        if not wait_until(lambda: accepts(self.host, self.master_port), 15, 0.1):
             raise ServingError(f"mooncake_master did not listen on {self.host}:"
                                f"{self.master_port}; see {self.dir}/master.log")
 
     def _start_store(self) -> None:
         self.store = ManagedProcess("mooncake-store", self.store_argv(), self._env(),
                                     self.dir / "store.log")
-        if not wait_until(lambda: _accepts(self.host, self.store_port), 30, 0.1):
+        if not wait_until(lambda: accepts(self.host, self.store_port), 30, 0.1):
             raise ServingError(f"the Mooncake store process did not serve {self.store_addr} "
                                f"within 30 s; see {self.dir}/store.log")
 
@@ -121,7 +112,7 @@ class MooncakeTier:
                                   self.dir / "bus.log")
         self._start_master()
         self._start_store()
-        if not wait_until(lambda: _accepts(self.host, xpub), 10, 0.1):
+        if not wait_until(lambda: accepts(self.host, xpub), 10, 0.1):
             raise ServingError(f"the KV tier's event bus did not start; see {self.dir}/bus.log")
         log.info("KV tier: Mooncake master on %s:%d, store process on %s holding %.1f GiB",
                  self.host, self.master_port, self.store_addr, self.cfg.kv_tier_gib)
