@@ -27,7 +27,6 @@ import json
 import platform
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 
 import httpx
+from bench_routing import make_sessions, one_turn, pct  # scripts/: the same sessions, turns
 
 from serving import Cluster, ModelConfig, ServingConfig
 from serving.dynamo.frontend import DynamoFrontend
@@ -51,43 +51,6 @@ COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:external_prefix_cache_hits_tot
             "vllm:num_preemptions_total")
 
 
-def make_sessions(args, seed: int, vocab: range) -> list[list[list[int]]]:
-    """Per session, per turn: the tokens appended before that turn (prompt, then tool outputs)."""
-    rng = random.Random(seed)
-
-    def chunk(lo: int, hi: int) -> list[int]:
-        return [rng.choice(vocab) for _ in range(rng.randint(lo, hi))]
-
-    return [[chunk(args.first_min, args.first_max)]
-            + [chunk(args.grow_min, args.grow_max) for _ in range(args.turns - 1)]
-            for _ in range(args.sessions)]
-
-
-async def one_turn(http: httpx.AsyncClient, url: str, model: str, prompt: list[int],
-                   session: str, max_tokens: int) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True},
-            "nvext": {"extra_fields": ["worker_id"]}}
-    start = time.perf_counter()
-    ttft, cached, worker = None, 0, None
-    async with http.stream("POST", f"{url}/v1/completions", json=body,
-                           headers={"x-dynamo-session-id": session}) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if ttft is None and any(c.get("text") for c in chunk.get("choices") or []):
-                ttft = time.perf_counter() - start
-            usage = chunk.get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or cached
-            wid = ((chunk.get("nvext") or {}).get("worker_id") or {}).get("decode_worker_id")
-            worker = wid if wid is not None else worker
-    return {"ttft_s": ttft if ttft is not None else time.perf_counter() - start,
-            "cached": cached, "worker": worker, "prompt": len(prompt)}
-
-
 async def replay(url: str, model: str, sessions: list[list[list[int]]], args, tag: str,
                  vocab: range) -> list[dict]:
     rng = random.Random(tag)
@@ -100,7 +63,8 @@ async def replay(url: str, model: str, sessions: list[list[list[int]]], args, ta
             previous = None
             for t, added in enumerate(chunks):
                 prompt = prompt + added
-                done = await one_turn(http, url, model, prompt, f"{tag}-{i}", args.output_tokens)
+                done = await one_turn(http, url, model, prompt, f"{tag}-{i}", False,
+                                      args.output_tokens)
                 turns.append({**done, "session": i, "turn": t,
                               "same_engine": previous is not None and done["worker"] == previous})
                 previous = done["worker"]
@@ -110,12 +74,6 @@ async def replay(url: str, model: str, sessions: list[list[list[int]]], args, ta
     async with httpx.AsyncClient(timeout=args.timeout) as http:
         await asyncio.gather(*(session(i, c) for i, c in enumerate(sessions)))
     return turns
-
-
-def pct(values: list[float], q: int) -> float:
-    if len(values) > 1:
-        return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-    return values[0] if values else 0.0
 
 
 def counters(urls: dict[str, str]) -> dict[str, float]:
