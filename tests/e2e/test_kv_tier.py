@@ -36,7 +36,8 @@ async def main():
     tokens = json.loads(sys.stdin.read())
     for _ in range(40):  # the router replays the workers' events as it starts
         scores = await router.get_overlap_scores(tokens)
-        if any(w.get("host_pinned_blocks") for w in scores.get("workers", [])):
+        held = [w.get("host_pinned_blocks", 0) for w in scores.get("workers", [])]
+        if len(held) == int(sys.argv[2]) and min(held) >= int(sys.argv[3]):
             break
         await asyncio.sleep(0.5)
     print(json.dumps(scores))
@@ -83,9 +84,13 @@ def test_another_engine_serves_a_later_turn_from_the_tier(tmp_path):
         body = _turn(url, turn2, second.instance_id)  # the session moves to the other engine
         assert _cached(body) >= 7 * 128  # turn 1's 7 full blocks, loaded from the tier
         assert _tier_hits(second.metrics_url) - hits_before >= 7 * 128
-        # Dynamo's router holds the tier's blocks under each worker's host tier
-        view = subprocess.run([sys.executable, "-c", ROUTER_VIEW, "128"], input=json.dumps(
-            turn2), capture_output=True, text=True, timeout=120,
+        # An engine files the tier's announcements with its next step's KV events (vLLM
+        # collects connector events only when it steps): the first engine, idle since turn 1,
+        # takes one short request, and Dynamo's router then holds the tier's blocks under each
+        # worker's host tier.
+        _turn(url, [rng.randrange(100, 8000) for _ in range(8)], first.instance_id)
+        view = subprocess.run([sys.executable, "-c", ROUTER_VIEW, "128", "2", "7"],
+                              input=json.dumps(turn2), capture_output=True, text=True, timeout=120,
             env={**os.environ, **cluster.plane.env()})
         assert view.returncode == 0, view.stderr[-2000:]
         scores = json.loads(view.stdout.strip().splitlines()[-1])
