@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -70,6 +71,25 @@ def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
                            f"got {serving.prefill_engines} and {serving.decode_engines}")
     return ([(f"prefill{i}", "prefill") for i in range(serving.prefill_engines)]
             + [(f"decode{i}", "decode") for i in range(serving.decode_engines)])
+
+
+def _stop_together(stops: list[Callable[[], None]]) -> None:
+    """Run every stop at once and wait for all; the first failure is raised after all ran."""
+    errors: list[BaseException] = []
+
+    def run(stop) -> None:
+        try:
+            stop()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(stop,), daemon=True) for stop in stops]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def _gpus() -> int:
@@ -268,12 +288,13 @@ class Cluster:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
-        while self.frontends:
-            self.frontends.pop().stop()
-        while self.workers:
-            worker = self.workers.pop()
-            log.info("stopping worker %s", worker.name)
-            worker.stop()
+        frontends, self.frontends = self.frontends, []
+        _stop_together([f.stop for f in frontends])
+        with self._restarting:  # a restart under way gives up (it sees _stopping) first
+            workers, self.workers = self.workers, []
+        if workers:  # together: each waits out Dynamo's drain grace (5 s) after deregistering
+            log.info("stopping workers %s", ", ".join(w.name for w in workers))
+        _stop_together([w.stop for w in workers])
         if self.plane is not None:
             self.plane.stop()
             self.plane = None
