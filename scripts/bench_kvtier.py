@@ -13,7 +13,10 @@ Per (tier, policy) it prints, over the later turns (turn >= 1): TTFT p50/p90 at 
 (streaming), prompt tokens recomputed (prompt - cached, as the engine reports it; cached counts
 local prefix-cache hits and blocks loaded from the tier), the same split by whether the turn
 ran on the engine of the session's previous turn or on another one, tokens the engines loaded
-from the tier (`vllm:external_prefix_cache_hits`), preemptions, and sessions that moved.
+from the tier (`vllm:external_prefix_cache_hits`), preemptions, and sessions that moved. Each
+engine's KV use is sampled during the replay, so the run also says whether engines got busy
+(above `serving.busy_threshold`, where a soft session yields its engine) and whether the turns
+that moved left a busy engine or an idle one.
 
     python scripts/bench_kvtier.py --out bench/kvtier.json
 """
@@ -29,6 +32,7 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -63,9 +67,10 @@ async def replay(url: str, model: str, sessions: list[list[list[int]]], args, ta
             previous = None
             for t, added in enumerate(chunks):
                 prompt = prompt + added
+                sent = time.perf_counter()
                 done = await one_turn(http, url, model, prompt, f"{tag}-{i}", False,
                                       args.output_tokens)
-                turns.append({**done, "session": i, "turn": t,
+                turns.append({**done, "session": i, "turn": t, "sent": sent,
                               "same_engine": previous is not None and done["worker"] == previous})
                 previous = done["worker"]
                 prompt = prompt + [rng.choice(vocab) for _ in range(args.output_tokens)]
@@ -87,7 +92,61 @@ def counters(urls: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def summarize(turns: list[dict], before: dict, after: dict, wall_s: float) -> dict:
+class KvUseSampler(threading.Thread):
+    """Each engine's KV use (vLLM's `kv_cache_usage_perc`) every `interval_s` while a replay
+    runs: whether an engine was busy (above `serving.busy_threshold`) when a turn was sent."""
+
+    def __init__(self, urls: dict[str, str], interval_s: float) -> None:
+        super().__init__(daemon=True)
+        self.urls = engine_urls(urls)
+        self.interval_s = interval_s
+        self.samples: dict[str, list[tuple[float, float]]] = {name: [] for name in self.urls}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            for name, url in self.urls.items():
+                with contextlib.suppress(MetricsError, httpx.HTTPError):
+                    usage = total(fetch(url), "vllm:kv_cache_usage_perc", url)
+                    self.samples[name].append((time.perf_counter(), usage))
+            self._done.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+    def usage_at(self, name: str, when: float) -> float:
+        """The engine's last sampled use at or before `when` (0 before the first sample)."""
+        seen = [u for t, u in self.samples.get(name, []) if t <= when]
+        return seen[-1] if seen else 0.0
+
+
+def busy_figures(turns: list[dict], sampler: KvUseSampler, names: dict[int, str],
+                 threshold: float) -> dict:
+    """Share of samples each engine spent above the threshold, its peak, and the later turns
+    whose previous engine was busy when they were sent: how many of those moved, and how many
+    moved although it was not busy."""
+    per_engine = {name: {"busy_share": sum(u > threshold for _, u in s) / len(s) if s else 0.0,
+                         "peak": max((u for _, u in s), default=0.0), "samples": len(s)}
+                  for name, s in sampler.samples.items()}
+    previous: dict[int, dict] = {}
+    busy_turns = moved_busy = moved_idle = 0
+    for t in sorted(turns, key=lambda t: (t["session"], t["turn"])):
+        before = previous.get(t["session"])
+        previous[t["session"]] = t
+        if before is None:
+            continue
+        busy = sampler.usage_at(names.get(before["worker"], ""), t["sent"]) > threshold
+        moved = t["worker"] != before["worker"]
+        busy_turns += busy
+        moved_busy += busy and moved
+        moved_idle += moved and not busy
+    return {"engines": per_engine, "turns_previous_engine_busy": busy_turns,
+            "moved_when_busy": moved_busy, "moved_when_not_busy": moved_idle}
+
+
+def summarize(turns: list[dict], before: dict, after: dict, wall_s: float,
+              busy: dict) -> dict:
     later = [t for t in turns if t["turn"] > 0]
 
     def block(rows: list[dict]) -> dict:
@@ -110,7 +169,7 @@ def summarize(turns: list[dict], before: dict, after: dict, wall_s: float) -> di
             "local_hit_tokens": delta["prefix_cache_hits"],
             "preemptions": delta["num_preemptions"],
             "sessions_moved": sum(len(e) > 1 for e in engines.values()),
-            "wall_s": wall_s, "turns": turns}
+            "shed": sum(t["shed"] for t in turns), "busy": busy, "wall_s": wall_s, "turns": turns}
 
 
 def run_cluster(tier: str, args, root: Path, model: ModelConfig, policies: list[str]) -> dict:
@@ -131,12 +190,20 @@ def run_cluster(tier: str, args, root: Path, model: ModelConfig, policies: list[
                 sessions = make_sessions(args, seed=1000 + list(POLICIES).index(name),
                                          vocab=vocab)
                 before = counters(endpoint.metrics_urls)
+                sampler = KvUseSampler(endpoint.metrics_urls, args.sample_s)
+                sampler.start()
                 start = time.perf_counter()
-                turns = asyncio.run(replay(front.base_url, model.name, sessions, args,
-                                           tag=f"{tier}-{name}", vocab=vocab))
+                try:
+                    turns = asyncio.run(replay(front.base_url, model.name, sessions, args,
+                                               tag=f"{tier}-{name}", vocab=vocab))
+                finally:
+                    sampler.stop()
                 wall = time.perf_counter() - start
                 time.sleep(1)  # the engines' counters catch up
-                results[name] = summarize(turns, before, counters(endpoint.metrics_urls), wall)
+                names = {int(iid, 16): n for iid, n in endpoint.engine_names.items()}
+                busy = busy_figures(turns, sampler, names, cfg.busy_threshold)
+                results[name] = summarize(turns, before, counters(endpoint.metrics_urls), wall,
+                                          busy)
                 brief = {k: v for k, v in results[name].items() if k != "turns"}
                 print(f"[bench] tier={tier} {name}: {json.dumps(brief)}", flush=True)
                 front.stop()
@@ -148,21 +215,32 @@ def run_cluster(tier: str, args, root: Path, model: ModelConfig, policies: list[
     return results
 
 
+def busiest(result: dict) -> float:
+    return max((e["busy_share"] for e in result["busy"]["engines"].values()), default=0.0)
+
+
+def moves(result: dict) -> str:
+    b = result["busy"]
+    return f"{b['moved_when_busy']}/{b['moved_when_not_busy']} of {b['turns_previous_engine_busy']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--engines", type=int, default=2)
-    ap.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
+    ap.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
     ap.add_argument("--kv-blocks", type=int, default=48, help="KV blocks per engine (128 tokens)")
     ap.add_argument("--tier-gib", type=float, default=1.0)
     ap.add_argument("--first-min", type=int, default=1500)
     ap.add_argument("--first-max", type=int, default=2500)
     ap.add_argument("--grow-min", type=int, default=300)
     ap.add_argument("--grow-max", type=int, default=500)
-    ap.add_argument("--output-tokens", type=int, default=16)
+    ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--tool-min-s", type=float, default=1.0)
     ap.add_argument("--tool-max-s", type=float, default=3.0)
+    ap.add_argument("--sample-s", type=float, default=0.1,
+                    help="how often each engine's KV use is sampled")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--tiers", default="none,mooncake")
     ap.add_argument("--timeout", type=float, default=600)
@@ -189,9 +267,13 @@ def main() -> None:
           f"{args.tool_min_s}-{args.tool_max_s} s): working set >= {working_set:,} tokens")
     head = (f"{'tier':<9}{'policy':<16}{'TTFT p50':>9}{'TTFT p90':>9}{'recomputed':>11}"
             f"{'same eng':>13}{'other eng':>14}{'from tier':>10}{'preempt':>8}{'moved':>6}"
-            f"{'total s':>8}")
+            f"{'busy':>6}{'moves busy/not':>15}{'shed':>6}{'total s':>8}")
     print("later turns (turn >= 1); recomputed = prompt tokens not served from any cache; "
-          "same/other eng = turns on the previous turn's engine or not: count, TTFT p50")
+          "same/other eng = turns on the previous turn's engine or not: count, TTFT p50; "
+          "busy = the busiest engine's share of samples above busy_threshold; moves busy/not "
+          "= later turns sent to another engine while the previous one was busy / was not "
+          "(of the turns whose previous engine was busy); shed = requests the frontend refused "
+          "with 529 (every engine busy), sent again after a wait")
     print(head)
     print("-" * len(head))
     for tier, per in results.items():
@@ -202,7 +284,8 @@ def main() -> None:
                   f"{se['turns']:>5} {se['ttft_p50_s'] * 1000:>5.0f}ms"
                   f"{oe['turns']:>6} {oe['ttft_p50_s'] * 1000:>5.0f}ms"
                   f"{r['tier_loaded_tokens']:>10,.0f}{r['preemptions']:>8.0f}"
-                  f"{r['sessions_moved']:>6}{r['wall_s']:>8.1f}")
+                  f"{r['sessions_moved']:>6}{busiest(r):>5.0%}"
+                  f"{moves(r):>15}{r['shed']:>6}{r['wall_s']:>8.1f}")
     if "none" in results and "mooncake" in results:
         for name in policies:
             a, b = results["none"][name]["later_turns"], results["mooncake"][name]["later_turns"]

@@ -35,6 +35,7 @@ import httpx
 
 from serving import Cluster, ModelConfig, ServingConfig
 from serving.dynamo.frontend import DynamoFrontend
+from serving.frontdoor import OVERLOAD_WAIT_S, OVERLOADED
 from serving.metrics import block_size, prefix_hits
 
 POLICIES = {
@@ -66,22 +67,32 @@ async def one_turn(http: httpx.AsyncClient, url: str, model: str, prompt: list[i
             "stream": True, "stream_options": {"include_usage": True},
             "nvext": {"extra_fields": ["worker_id"]}}
     start = time.perf_counter()
-    ttft, cached, worker = None, 0, None
-    async with http.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{resp.status_code}: {(await resp.aread())[:300]!r}")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+    ttft, cached, worker, shed, wait = None, 0, None, 0, OVERLOAD_WAIT_S[0]
+    while True:  # a shed request (every worker busy) is sent again, as the job's client does
+        async with http.stream("POST", f"{url}/v1/completions", json=body,
+                               headers=headers) as resp:
+            if resp.status_code in OVERLOADED:
+                shed += 1
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, OVERLOAD_WAIT_S[1])
                 continue
-            chunk = json.loads(line[6:])
-            if ttft is None and any(c.get("text") for c in chunk.get("choices") or []):
-                ttft = time.perf_counter() - start
-            usage = chunk.get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or cached
-            wid = ((chunk.get("nvext") or {}).get("worker_id") or {}).get("decode_worker_id")
-            worker = wid if wid is not None else worker
+            if resp.status_code != 200:
+                raise RuntimeError(f"{resp.status_code}: {(await resp.aread())[:300]!r}")
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if ttft is None and any(c.get("text") for c in chunk.get("choices") or []):
+                    ttft = time.perf_counter() - start
+                usage = chunk.get("usage") or {}
+                cached = (usage.get("prompt_tokens_details") or {}).get(
+                    "cached_tokens") or cached
+                wid = ((chunk.get("nvext") or {}).get("worker_id") or {}).get(
+                    "decode_worker_id")
+                worker = wid if wid is not None else worker
+            break
     return {"ttft_s": ttft if ttft is not None else time.perf_counter() - start,
-            "cached": cached, "worker": worker, "prompt": len(prompt)}
+            "cached": cached, "worker": worker, "prompt": len(prompt), "shed": shed}
 
 
 async def replay(url: str, model: str, sessions: list[list[list[int]]], args, block: int,

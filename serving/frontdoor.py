@@ -15,6 +15,7 @@ comparison with the server's own tool handling (`rollout.tool_constraint=stock`)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -25,6 +26,11 @@ from serving.endpoint import Endpoint
 from serving.toolcall import ToolCallGrammar
 
 SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
+# Load shedding: Dynamo's frontend answers 529 when every worker is above the busy threshold
+# (serving.busy_threshold), 429 where a server rate-limits. Nothing was sampled, so the request
+# is sent again after a wait (doubling, first and last), until the request timeout.
+OVERLOADED = (429, 529)
+OVERLOAD_WAIT_S = (0.05, 2.0)
 
 
 class ServerUnavailable(RuntimeError):
@@ -137,11 +143,20 @@ class FrontDoor:
     async def _post(self, path: str, body: dict, session_id: str | None,
                     headers: dict[str, str] | None = None) -> dict:
         hdrs = {SESSION_HEADER: session_id} if session_id else {}
-        try:
-            resp = await self.http.post(f"{self.root}{path}", json=body,
-                                        headers={**hdrs, **(headers or {})})
-        except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"{self.name} {path}: {type(exc).__name__}: {exc}") from None
+        deadline = time.monotonic() + self.endpoint.request_timeout_s
+        wait = OVERLOAD_WAIT_S[0]
+        while True:
+            try:
+                resp = await self.http.post(f"{self.root}{path}", json=body,
+                                            headers={**hdrs, **(headers or {})})
+            except httpx.HTTPError as exc:
+                raise ServerUnavailable(f"{self.name} {path}: {type(exc).__name__}: "
+                                        f"{exc}") from None
+            if resp.status_code not in OVERLOADED or time.monotonic() + wait > deadline:
+                break
+            # Shed before any engine took it (every engine busy): the same request, later.
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, OVERLOAD_WAIT_S[1])
         if resp.status_code == 200:
             return resp.json()
         text = resp.text[:500]

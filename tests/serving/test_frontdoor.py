@@ -3,6 +3,7 @@ servers are in tests/e2e, where every record is checked against them)."""
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -95,6 +96,28 @@ def test_an_unreachable_server_is_unavailable():
 
     with pytest.raises(ServerUnavailable, match="ConnectError"):
         _generate(_door("dynamo", down))
+
+
+def test_a_shed_request_is_sent_again_until_an_engine_takes_it():
+    """Dynamo's 529 (every worker busy) is back-pressure: the same request again, not a failed
+    rollout; past the request timeout it is the server's failure like any 5xx."""
+    bodies = []
+
+    def server(request):
+        bodies.append(request.content)
+        if len(bodies) < 4:
+            return httpx.Response(529, json={"message": "Service temporarily overloaded"})
+        return httpx.Response(200, json={
+            "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
+            "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
+
+    start = time.perf_counter()
+    gen = _generate(_door("dynamo", server))
+    assert gen.token_ids == [9] and len(bodies) == 4 and len(set(bodies)) == 1
+    assert gen.latency_s >= time.perf_counter() - start - 0.05  # the waits are in the turn
+    with pytest.raises(ServerUnavailable, match="HTTP 529"):
+        _generate(_door("dynamo", lambda request: httpx.Response(529, text="overloaded"),
+                        request_timeout_s=0.3))
 
 
 def test_dynamo_release_marks_the_session_final():
