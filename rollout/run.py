@@ -22,6 +22,7 @@ import datasets
 import hydra
 import ray
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,6 +43,7 @@ from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
 from rollout.session import SessionLimits
+from rollout.shared_cluster import SWEEP_CLUSTER
 from rollout.sink import RecordSink
 from rollout.summary import print_summary, summarize
 from rollout.tracking import RunLogger
@@ -135,7 +137,9 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
     model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
     env_cfg = groups["env"]
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
-    with Cluster(groups["serving"], model, run_dir, cache_dir) as endpoint:
+    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else Cluster)
+    with serving(groups["serving"], model, run_dir, cache_dir) as endpoint:
+        counted = _prefix_counters(endpoint)  # a sweep's engines may have served earlier members
         provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
                                 config_hash(cfg), int(cfg.seed), _versions())
         sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
@@ -170,7 +174,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                         seen, scheduler.in_flight, time.perf_counter() - started))
 
                 scheduler.run(jobs, on_record)
-            return _engine_cache(endpoint)
+            return _engine_cache(endpoint, counted)
         finally:
             ray.shutdown()
 
@@ -206,13 +210,23 @@ def _admission(cfg: RolloutConfig, endpoint: Endpoint) -> FixedWindow | KvBudget
                     cfg.max_sessions, cfg.kv_fill, cfg.session_tokens_guess)
 
 
-def _engine_cache(endpoint) -> dict[str, Any]:
-    """The engines' own prefix-cache counters (Prometheus), for the summary and wandb."""
+def _prefix_counters(endpoint: Endpoint) -> dict[str, dict[str, float]]:
     try:
-        stats = prefix_hits(endpoint.metrics_urls)
+        return prefix_hits(endpoint.metrics_urls)
     except MetricsError as exc:
         log.warning("engine metrics unavailable: %s", exc)
         return {}
+
+
+def _engine_cache(endpoint: Endpoint, before: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The engines' own prefix-cache counters (Prometheus) over this run, for the summary and
+    wandb."""
+    now = _prefix_counters(endpoint)
+    if not now:
+        return {}
+    zero = {"queries": 0.0, "hits": 0.0}
+    stats = {name: {k: v - before.get(name, zero)[k] for k, v in s.items()}
+             for name, s in now.items()}
     queries = sum(s["queries"] for s in stats.values())
     hits = sum(s["hits"] for s in stats.values())
     return {"engine_prefix_hit_rate": hits / queries if queries else 0.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,15 @@ def test_a_tiny_sweep_writes_its_report_and_resumes(tmp_path):
     assert [m.name.rsplit(",", 1)[1] for m in members] == ["rollout.temperature=0.6",
                                                            "rollout.temperature=1.0"]
     for member in members:
-        assert len(load_from_disk(str(member / "dataset"))) == 4  # 2 tasks x 2 samples
+        records = load_from_disk(str(member / "dataset"))
+        assert len(records) == 4  # 2 tasks x 2 samples
+        summary = json.loads((member / "summary.json").read_text())
+        # the members share one engine; each counts only its own prefix-cache hits
+        assert summary["engine_0_prefix_hits"] == sum(
+            t["cached_tokens"] for row in records for t in row["turns"])
+    log = first.stdout + first.stderr
+    assert log.count("starting vLLM engine") == 1 and "reusing this sweep's serving" in log
+    assert (members[0] / "logs").is_dir() and not (members[1] / "logs").exists()
     report = (sweep / "report.md").read_text()
     assert "| rollout.temperature=0.6 | 4 | 2 |" in report and "pass@2" in report
     for png in ("pass_at_k.png", "by_difficulty.png", "cost.png", "paired.png"):

@@ -1,0 +1,57 @@
+"""The sweep's cluster sharing rules, on a stand-in cluster (the real one is shared in
+tests/e2e/test_eval_and_corpus.py::test_a_tiny_sweep_writes_its_report_and_resumes)."""
+
+from pathlib import Path
+
+import pytest
+
+from rollout import shared_cluster
+from serving import ModelConfig, ServingConfig
+
+
+class StandIn:
+    events: list[str] = []
+
+    def __init__(self, serving, model, run_dir, cache_dir) -> None:
+        self.run_dir, self.name = run_dir, f"{serving.mode}@{run_dir.name}"
+
+    def __enter__(self) -> str:
+        StandIn.events.append(f"start {self.name}")
+        return f"endpoint of {self.name}"
+
+    def stop(self) -> None:
+        StandIn.events.append(f"stop {self.name}")
+
+
+@pytest.fixture
+def share(monkeypatch) -> shared_cluster.SharedCluster:
+    monkeypatch.setattr(shared_cluster, "Cluster", StandIn)
+    StandIn.events = []
+    return shared_cluster.SharedCluster()
+
+
+def _use(share, mode: str, member: str) -> str:
+    with share.use(ServingConfig(mode=mode), ModelConfig(), Path(member), Path("cache")) as ep:
+        return ep
+
+
+def test_members_with_equal_settings_share_one_cluster_until_the_end(share):
+    assert _use(share, "embedded", "a") == _use(share, "embedded", "b") == "endpoint of embedded@a"
+    assert StandIn.events == ["start embedded@a"]
+    share.stop()
+    share.stop()  # at exit too: once is enough
+    assert StandIn.events == ["start embedded@a", "stop embedded@a"]
+
+
+def test_other_settings_stop_the_cluster_before_theirs_starts(share):
+    _use(share, "embedded", "a")
+    assert _use(share, "kv_routed", "b") == "endpoint of kv_routed@b"
+    assert StandIn.events == ["start embedded@a", "stop embedded@a", "start kv_routed@b"]
+
+
+def test_a_failed_member_stops_it_and_the_next_starts_afresh(share):
+    with pytest.raises(KeyboardInterrupt), share.use(ServingConfig(), ModelConfig(), Path("a"),
+                                                     Path("cache")):
+        raise KeyboardInterrupt
+    assert _use(share, "embedded", "b") == "endpoint of embedded@b"
+    assert StandIn.events == ["start embedded@a", "stop embedded@a", "start embedded@b"]
