@@ -23,6 +23,7 @@ from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import Endpoint
 from serving.kvtier import MooncakeTier, kv_transfer_config
+from serving.metrics import MetricsError, kv_state
 from serving.tiny_model import ensure_tiny_glm
 from serving.toolcall import SPECIAL_TOKENS
 from serving.vllm_engine import VllmEngine
@@ -281,7 +282,16 @@ class Cluster:
         if served and self.model.name not in served:
             raise ServingError(f"external server {url} does not serve model "
                                f"{self.model.name!r}; it serves {served}")
-        return self._endpoint(model_dir, url, "vllm")
+        # A vLLM server's /metrics gives the KV-budget admission its cache size and use and the
+        # summary its prefix-cache hits; a server without them is admitted by group only.
+        metrics = f"{url.removesuffix('/v1')}/metrics"
+        try:
+            kv_state(metrics)
+        except MetricsError as exc:
+            log.info("external server: no vLLM KV metrics (%s); rollout.admission=kv_budget "
+                     "admits one group at a time", exc)
+            return self._endpoint(model_dir, url, "vllm")
+        return self._endpoint(model_dir, url, "vllm", metrics_urls={"external": metrics})
 
     def stop(self) -> None:
         self._stopping.set()  # a worker restart in progress gives up instead of finishing

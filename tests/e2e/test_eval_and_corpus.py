@@ -61,11 +61,12 @@ def test_a_bad_sweep_member_fails_before_any_engine_starts(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_tiny_corpus_export(tmp_path):
+def test_a_tiny_corpus_export(tmp_path, on_shared_engine):
     out = tmp_path / "run"
     gen = _run("rollout.run", "+experiment=synth_corpus", "env.max_tasks=2",
                "rollout.samples_per_task=2", "corpus.min_reward=0",
-               "corpus.statuses=[ok,truncated]", "logger=none", f"output.dir={out}")
+               "corpus.statuses=[ok,truncated]", "logger=none", f"output.dir={out}",
+               *on_shared_engine)
     assert gen.returncode == 0, gen.stderr[-2000:]
     records = {r["rollout_id"]: r for r in load_from_disk(str(out / "dataset"))}
     tokens = load_from_disk(str(out / "corpus" / "tokens"))

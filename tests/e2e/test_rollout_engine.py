@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -32,10 +33,10 @@ def _keys(samples: int) -> list[str]:
     return sorted(f"{t}/{i}" for t in TASKS for i in range(samples))
 
 
-def test_a_killed_rollout_actor_loses_no_rollout(tmp_path):
+def test_a_killed_rollout_actor_loses_no_rollout(tmp_path, on_shared_engine):
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "rollout.samples_per_task=3")
+    job = _job(out, "rollout.samples_per_task=3", *on_shared_engine)
     deadline = time.monotonic() + 600
     while len(list((out / "data").glob("part-*.parquet")) if (out / "data").exists() else []) < 2:
         assert job.poll() is None, job.stdout.read()[-3000:]
@@ -51,6 +52,10 @@ def test_a_killed_rollout_actor_loses_no_rollout(tmp_path):
     ds = load_from_disk(str(out / "dataset"))
     assert sorted(ds["rollout_id"]) == _keys(3)  # every key, once
     assert set(ds["status"]) <= {"ok", "truncated"}
+    # serving=external: the running server's own /metrics, read for admission and the summary
+    summary = json.loads((out / "summary.json").read_text())
+    # at least what the records say (the killed actor's unfinished turns were served too)
+    assert summary["engine_external_prefix_hits"] >= sum(ds["cached_tokens"]) > 0
     time.sleep(1)
     assert new_job_processes(before) == []
 
@@ -63,7 +68,7 @@ def _ray_node(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
+def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path, on_shared_engine):
     before = process_table()
     # rollout/ keeps its own Ray on loopback with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which
     # `ray start` reads as "no multi-node clusters": the nodes run without it
@@ -80,7 +85,8 @@ def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path):
                                log=tmp_path / "node2.log"))
         time.sleep(8)
         out = tmp_path / "run"
-        job = _job(out, f"ray.address=127.0.0.1:{port}", "rollout.workers=2", env=env)
+        job = _job(out, f"ray.address=127.0.0.1:{port}", "rollout.workers=2",
+                   *on_shared_engine, env=env)
         log, _ = job.communicate(timeout=900)
         assert job.returncode == 0, log[-3000:]
         ds = load_from_disk(str(out / "dataset"))

@@ -81,16 +81,18 @@ def _rescore(run: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_rescoring_reproduces_rewards_and_logprobs(swe_rl_run, tmp_path):
+def test_rescoring_reproduces_rewards_and_logprobs(swe_rl_run, tmp_path, shared_engine):
     out = tmp_path / "rescore.json"
-    proc = _rescore(swe_rl_run, "--turns", "20", "--diffs", "10", "--out", str(out))
+    proc = _rescore(swe_rl_run, "--turns", "20", "--diffs", "10", "--out", str(out),
+                    "--base-url", shared_engine.base_url)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["turns"] == 20 and report["rewards_checked"] >= 2
     assert report["max_abs"] <= report["tolerance"] and report["rewards_mismatched"] == []
 
 
-def test_rescoring_catches_a_corrupted_record_and_a_corrupted_diff(swe_rl_run, tmp_path):
+def test_rescoring_catches_a_corrupted_record_and_a_corrupted_diff(swe_rl_run, tmp_path,
+                                                                   shared_engine):
     bad = tmp_path / "run"
     shutil.copytree(swe_rl_run, bad, ignore=shutil.ignore_patterns("wandb", "data", "trainer"))
     rows = load_from_disk(str(bad / "dataset")).to_list()
@@ -105,7 +107,7 @@ def test_rescoring_catches_a_corrupted_record_and_a_corrupted_diff(swe_rl_run, t
     from rollout.record import FEATURES
     shutil.rmtree(bad / "dataset")
     Dataset.from_list(rows, features=FEATURES).save_to_disk(str(bad / "dataset"))
-    proc = _rescore(bad, "--turns", "1", "--diffs", "10")
+    proc = _rescore(bad, "--turns", "1", "--diffs", "10", "--base-url", shared_engine.base_url)
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert f"reward {victim['rollout_id']}" in proc.stdout and "MISMATCH" in proc.stdout
     assert f"at ('{rows[0]['rollout_id']}', 0, 3)" in proc.stdout
@@ -172,13 +174,15 @@ def test_sigterm_midway_stops_everything_with_one_line(tmp_path):
     assert not os.path.exists(out / "dataset")
 
 
-def test_the_stock_constraint_runs_message_in_and_says_where_history_broke(tmp_path):
+def test_the_stock_constraint_runs_message_in_and_says_where_history_broke(tmp_path,
+                                                                          on_shared_engine):
     """rollout.tool_constraint=stock: the server renders the conversation and parses calls
     itself; records count what its parser did, and each later turn's prefix break is named."""
     out = tmp_path / "run"
     job = _job("+experiment=swe_rl", f"output.dir={out}", "logger=none",
                "rollout.tool_constraint=stock", "rollout.max_tokens_per_turn=256",
-               "rollout.max_turns=2", "env.max_tasks=2", "rollout.samples_per_task=2")
+               "rollout.max_turns=2", "env.max_tasks=2", "rollout.samples_per_task=2",
+               *on_shared_engine)
     log, _ = job.communicate(timeout=900)
     assert job.returncode == 0, log[-3000:]
     ds = load_from_disk(str(out / "dataset"))

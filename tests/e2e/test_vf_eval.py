@@ -21,20 +21,12 @@ from envs.vf.environment import load_verifiers_env
 from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits
-from serving import Cluster, ModelConfig, ServingConfig
 from tests.procs import process_table
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e,  # verifiers' MCP client passes tenacity a deprecated argument
               pytest.mark.filterwarnings("ignore:The 'initial' parameter:DeprecationWarning")]
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
-
-
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("engine")
-    with Cluster(ServingConfig(), ModelConfig(), run_dir, ROOT / ".cache") as ep:
-        yield ep
 
 
 def _ours_left() -> list[str]:
@@ -44,10 +36,10 @@ def _ours_left() -> list[str]:
     return [cmd for cmd in process_table().values() if any(m in cmd for m in marks)]
 
 
-def test_vf_eval_runs_our_tasks(endpoint, tmp_path):
+def test_vf_eval_runs_our_tasks(shared_engine, tmp_path):
     out = tmp_path / "outputs"
     argv = [sys.executable, "-c", VF_EVAL, "rollfleet_tasks", "--no-push", "--no-rich",
-            "-m", endpoint.model, "--client.base-url", endpoint.base_url, "-o", str(out),
+            "-m", shared_engine.model, "--client.base-url", shared_engine.base_url, "-o", str(out),
             "--run.name", "e2e", "-n", "2", "-r", "1", "-c", "2",
             "--env.agent.max-turns", "3", "--sampling.max-tokens", "64"]
     # `rollfleet_tasks` is the project's top-level module (installed with the project).
@@ -71,14 +63,14 @@ def test_vf_eval_runs_our_tasks(endpoint, tmp_path):
     assert _ours_left() == []
 
 
-def test_rollout_session_runs_a_verifiers_taskset(endpoint):
+def test_rollout_session_runs_a_verifiers_taskset(shared_engine):
     cfg = EnvConfig(name="mini_vf", suite="verifiers", max_tasks=2,
                     tasks_path="envs.vf.taskset:RollfleetTaskset")
-    client = ModelClient(endpoint, SamplingConfig())
+    client = ModelClient(shared_engine, SamplingConfig())
     # Short tool arguments, so that a whole call fits a small turn (the grammar needs that).
     taskset_config = {"task": {"env": {"max_file_chars": 100, "max_command_chars": 50}}}
     limits = SessionLimits(max_turns=3, max_tokens_per_turn=2000, max_total_tokens=6000)
-    provenance = Provenance("e2e", endpoint.model, endpoint.model_dir, "", 0, "{}")
+    provenance = Provenance("e2e", shared_engine.model, shared_engine.model_dir, "", 0, "{}")
 
     async def run_all(env) -> list[dict]:
         return await asyncio.gather(*(Session(Job(t, 0), env, client, limits, 0, provenance).run()
