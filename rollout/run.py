@@ -98,14 +98,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     tracker = RunLogger(groups["logger"], run_dir, f"{cfg.run_name}-{run_dir.name}",
                         OmegaConf.to_container(cfg, resolve=True))
     summary: dict[str, Any] | None = None
+    earlier = _earlier_summary(run_dir, done)
     start = time.perf_counter()
     try:
-        engine_cache = _generate(cfg, groups, jobs, run_dir, sink, tracker) if jobs else {}
+        # Nothing left to run: the run's figures stay those of the invocations that ran it.
+        engine_cache = (_generate(cfg, groups, jobs, run_dir, sink, tracker) if jobs else
+                        {k: v for k, v in earlier.items() if k.startswith("engine_")})
         dataset = sink.finalize()
         records = dataset.to_list()
         trainer = save_trainer_view(dataset, run_dir / "trainer")
-        this_run = time.perf_counter() - start
-        summary = summarize(records, this_run + _earlier_wall_s(run_dir, done)) | engine_cache
+        this_run = time.perf_counter() - start if jobs else 0.0
+        summary = summarize(records, this_run + float(earlier.get("wall_s", 0.0))) | engine_cache
         summary.update(rollouts_this_run=len(jobs), wall_s_this_run=this_run,
                        dataset=str(sink.dataset_dir), dataset_rows=len(dataset),
                        trainer_rows=len(trainer))
@@ -122,12 +125,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         tracker.finish(summary)
 
 
-def _earlier_wall_s(run_dir: Path, done: set[str]) -> float:
-    """A resumed run's summary covers the whole run: the wall time of earlier invocations."""
+def _earlier_summary(run_dir: Path, done: set[str]) -> dict[str, Any]:
+    """A resumed run's summary covers the whole run: what earlier invocations summed up."""
     path = run_dir / "summary.json"
     if not done or not path.is_file():
-        return 0.0
-    return float(json.loads(path.read_text()).get("wall_s", 0.0))
+        return {}
+    return json.loads(path.read_text())
 
 
 def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir: Path,
