@@ -35,7 +35,7 @@ import httpx
 
 from serving import Cluster, ModelConfig, ServingConfig
 from serving.dynamo.frontend import DynamoFrontend
-from serving.frontdoor import OVERLOAD_WAIT_S, OVERLOADED
+from serving.frontdoor import OVERLOADED, overload_waits
 from serving.metrics import block_size, prefix_hits
 
 POLICIES = {
@@ -67,14 +67,13 @@ async def one_turn(http: httpx.AsyncClient, url: str, model: str, prompt: list[i
             "stream": True, "stream_options": {"include_usage": True},
             "nvext": {"extra_fields": ["worker_id"]}}
     start = time.perf_counter()
-    ttft, cached, worker, shed, wait = None, 0, None, 0, OVERLOAD_WAIT_S[0]
-    while True:  # a shed request (every worker busy) is sent again, as the job's client does
+    ttft, cached, worker, shed = None, 0, None, 0
+    for wait in overload_waits():  # a shed request is sent again, as the job's client does
         async with http.stream("POST", f"{url}/v1/completions", json=body,
                                headers=headers) as resp:
             if resp.status_code in OVERLOADED:
                 shed += 1
                 await asyncio.sleep(wait)
-                wait = min(2 * wait, OVERLOAD_WAIT_S[1])
                 continue
             if resp.status_code != 200:
                 raise RuntimeError(f"{resp.status_code}: {(await resp.aread())[:300]!r}")

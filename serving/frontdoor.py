@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +32,14 @@ SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores
 # is sent again after a wait (doubling, first and last), until the request timeout.
 OVERLOADED = (429, 529)
 OVERLOAD_WAIT_S = (0.05, 2.0)
+
+
+def overload_waits() -> Iterator[float]:
+    """The waits before each resend of a shed request: doubling from the first to the last."""
+    wait = OVERLOAD_WAIT_S[0]
+    while True:
+        yield wait
+        wait = min(2 * wait, OVERLOAD_WAIT_S[1])
 
 
 class ServerUnavailable(RuntimeError):
@@ -144,8 +153,7 @@ class FrontDoor:
                     headers: dict[str, str] | None = None) -> dict:
         hdrs = {SESSION_HEADER: session_id} if session_id else {}
         deadline = time.monotonic() + self.endpoint.request_timeout_s
-        wait = OVERLOAD_WAIT_S[0]
-        while True:
+        for wait in overload_waits():
             try:
                 resp = await self.http.post(f"{self.root}{path}", json=body,
                                             headers={**hdrs, **(headers or {})})
@@ -156,7 +164,6 @@ class FrontDoor:
                 break
             # Shed before any engine took it (every engine busy): the same request, later.
             await asyncio.sleep(wait)
-            wait = min(2 * wait, OVERLOAD_WAIT_S[1])
         if resp.status_code == 200:
             return resp.json()
         text = resp.text[:500]
