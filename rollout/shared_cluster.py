@@ -24,14 +24,14 @@ class SharedCluster:
     """At most one running cluster, handed to every member whose settings match it."""
 
     def __init__(self) -> None:
-        self._key: str | None = None
+        self._key: tuple[ServingConfig, ModelConfig, Path] | None = None
         self._cluster: Cluster | None = None
         self._endpoint: Endpoint | None = None
 
     @contextlib.contextmanager
     def use(self, serving: ServingConfig, model: ModelConfig, run_dir: Path,
             cache_dir: Path) -> Iterator[Endpoint]:
-        key = repr((serving, model, str(cache_dir)))
+        key = (serving, model, cache_dir)
         if self._cluster is not None and key != self._key:
             log.info("this sweep member serves with other settings: stopping the shared cluster")
             self.stop()
