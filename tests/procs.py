@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 STARTED_BY_JOB = ("vllm", "EngineCore", "raylet", "gcs_server", "ray::", "wandb-core",
@@ -28,3 +29,10 @@ def new_job_processes(before: dict[int, str]) -> list[str]:
     return [f"{pid}: {cmd[:120]}" for pid, cmd in now.items()
             if pid not in before and pid != os.getpid()
             and any(marker in cmd for marker in STARTED_BY_JOB)]
+
+
+def listening(pids: set[int]) -> list[str]:
+    """Local addresses the given processes listen on (TCP)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3] for line in out.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]

@@ -1,21 +1,18 @@
-"""The job through NVIDIA Dynamo's frontend and KV router, real vLLM workers (no fakes)."""
+"""The job through NVIDIA Dynamo's frontend and KV router, real vLLM workers (no fakes);
+the cluster's own behaviour under requests is test_routed_cluster.py."""
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from datasets import load_from_disk
 
-from serving import Cluster, ModelConfig, ServingConfig
 from tests.e2e.records import check_records
 from tests.procs import new_job_processes, process_table
 
@@ -99,82 +96,3 @@ def _worker_pid(name: str, run_dir: Path) -> int:
         if "dynamo.vllm" in cmd and str(run_dir) in cmd and f"kv-events-{name}" in cmd:
             return pid
     raise AssertionError(f"no process for worker {name}")
-
-
-def _turn(url: str, prompt: list[int], max_tokens: int,
-          headers: dict[str, str] | None = None) -> tuple[int, dict]:
-    """One completion through the frontend -> (HTTP status, the engines that served it)."""
-    resp = httpx.post(f"{url}/v1/completions", timeout=120, headers=headers,
-                      json={"model": "tiny-glm", "prompt": prompt, "max_tokens": max_tokens,
-                            "nvext": {"extra_fields": ["worker_id"]}})
-    return resp.status_code, resp.json().get("nvext", {}).get("worker_id", {})
-
-
-def _complete(url: str, session: str, prompt: list[int], max_tokens: int) -> str:
-    status, ids = _turn(url, prompt, max_tokens, {"x-dynamo-session-id": session})
-    assert status == 200, status
-    return f"{ids['decode_worker_id']:x}"
-
-
-def test_a_dead_prefill_worker_fails_fast_and_a_restarted_one_rejoins(tmp_path):
-    """SIGKILL the only prefill worker: turns fail at once with a retryable 5xx (nothing hangs
-    on the decode worker, which stays up); `restart_worker` brings a new one that serves."""
-    before = process_table()
-    cluster = Cluster(ServingConfig(mode="disagg"), ModelConfig(max_model_len=4096), tmp_path,
-                      ROOT / ".cache")
-    with cluster as endpoint:
-        url = endpoint.base_url.removesuffix("/v1")
-        status, ids = _turn(url, list(range(100, 400)), 8)
-        assert status == 200
-        old_prefill, decode = f"{ids['prefill_worker_id']:x}", f"{ids['decode_worker_id']:x}"
-        assert endpoint.engine_names[old_prefill] == "prefill0"
-        prefill = next(w for w in cluster.workers if w.name == "prefill0")
-        os.killpg(prefill.process.pid, signal.SIGKILL)
-        for i in range(5):
-            start = time.monotonic()
-            status, _ = _turn(url, list(range(500 + i, 800 + i)), 8)
-            assert status >= 500 and time.monotonic() - start < 10, status
-            time.sleep(1)
-        assert [w.name for w in cluster.workers if w.alive()] == ["decode0"]
-        cluster.restart_worker("prefill0")
-        status, ids = _turn(url, list(range(900, 1200)), 8)
-        assert status == 200
-        new_prefill = f"{ids['prefill_worker_id']:x}"
-        assert new_prefill != old_prefill and endpoint.engine_names[new_prefill] == "prefill0"
-        assert f"{ids['decode_worker_id']:x}" == decode  # the same decode worker, not wedged
-    time.sleep(1)
-    assert new_job_processes(before) == []
-
-
-def test_session_bindings_are_shared_between_frontends(tmp_path):
-    """Sessions bound through one frontend keep their engine through another, even for a
-    prompt that shares nothing with what that engine holds."""
-    before = process_table()
-    rng = random.Random(0)
-    cfg = ServingConfig(mode="kv_routed", engines=2, frontends=2)
-    cluster = Cluster(cfg, ModelConfig(max_model_len=4096), tmp_path, ROOT / ".cache")
-    with cluster as endpoint:
-        first, second = (f.base_url for f in cluster.frontends)
-        sessions = [f"s{i}" for i in range(8)]
-        with ThreadPoolExecutor(8) as pool:  # concurrent, so load spreads them over both engines
-            bound = list(pool.map(lambda s: _complete(
-                first, s, [rng.randrange(100, 8000) for _ in range(300)], 48), sessions))
-        names = {endpoint.engine_names[b] for b in bound}
-        assert names == {"agg0", "agg1"}, bound
-        later = [_complete(second, s, [rng.randrange(100, 8000) for _ in range(300)], 1)
-                 for s in sessions]
-        assert later == bound
-    time.sleep(1)
-    assert new_job_processes(before) == []
-
-
-def test_etcd_and_nats_discovery_on_loopback(tmp_path):
-    before = process_table()
-    cfg = ServingConfig(mode="kv_routed", engines=1, discovery="etcd")
-    cluster = Cluster(cfg, ModelConfig(max_model_len=4096), tmp_path, ROOT / ".cache")
-    with cluster as endpoint:
-        assert cluster.plane.env()["DYN_DISCOVERY_BACKEND"] == "etcd"
-        url = endpoint.base_url.removesuffix("/v1")
-        assert endpoint.engine_names[_complete(url, "s", [5, 6, 7], 2)] == "agg0"
-    time.sleep(1)
-    assert new_job_processes(before) == []

@@ -1,9 +1,9 @@
-"""The Mooncake host-DRAM KV tier with real engines: another engine serves a session's later turn
-from the tier, Dynamo's router sees the tier, and a dead master costs recompute, not rollouts."""
+"""The Mooncake host-DRAM KV tier with real engines: a restarted prefill worker takes a
+session's prefix from the tier, and a dead master costs recompute, not rollouts. (Another
+engine serving a later turn from the tier, and the router's view of it: test_routed_cluster.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -12,97 +12,24 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from datasets import load_from_disk
 
 from serving import Cluster, ModelConfig, ServingConfig
-from serving.metrics import fetch, total
+from tests.e2e.frontend_calls import complete, served_by, tier_hits
 from tests.e2e.records import check_records
 from tests.procs import new_job_processes, process_table
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
-ROUTER_VIEW = """
-import asyncio, json, sys
-from dynamo.llm import KvRouter, KvRouterConfig
-from dynamo.runtime import DistributedRuntime
 
-async def main():
-    runtime = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp", event_plane="zmq")
-    router = KvRouter(runtime.endpoint("dynamo.backend.generate"), int(sys.argv[1]),
-                      KvRouterConfig())
-    tokens = json.loads(sys.stdin.read())
-    for _ in range(40):  # the router replays the workers' events as it starts
-        scores = await router.get_overlap_scores(tokens)
-        held = [w.get("host_pinned_blocks", 0) for w in scores.get("workers", [])]
-        if len(held) == int(sys.argv[2]) and min(held) >= int(sys.argv[3]):
-            break
-        await asyncio.sleep(0.5)
-    print(json.dumps(scores))
-    runtime.shutdown()
-
-asyncio.run(main())
-"""
-
-
-def _turn(url: str, prompt: list[int], worker: str) -> dict:
-    """One completion pinned to a worker (its Dynamo instance id, hex)."""
-    resp = httpx.post(f"{url}/v1/completions", timeout=300, json={
-        "model": "tiny-glm", "prompt": prompt, "max_tokens": 4, "temperature": 0,
-        "nvext": {"backend_instance_id": int(worker, 16), "extra_fields": ["worker_id"]}})
-    assert resp.status_code == 200, resp.text[:500]
-    body = resp.json()
-    served = f"{body['nvext']['worker_id']['decode_worker_id']:x}"
-    assert served == worker, (served, worker)
-    return body
-
-
-def _cached(body: dict) -> int:
-    return (body.get("usage", {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-
-
-def _tier_hits(url: str) -> float:
-    return total(fetch(url), "vllm:external_prefix_cache_hits_total", url)
-
-
-def test_another_engine_serves_a_later_turn_from_the_tier(tmp_path):
-    before = process_table()
-    rng = random.Random(0)
-    cfg = ServingConfig(mode="kv_routed", engines=2, kv_tier="mooncake", kv_tier_gib=0.5)
-    cluster = Cluster(cfg, ModelConfig(max_model_len=4096), tmp_path, ROOT / ".cache")
-    with cluster as endpoint:
-        url = endpoint.base_url.removesuffix("/v1")
-        first, second = cluster.workers
-        turn1 = [rng.randrange(100, 8000) for _ in range(1000)]
-        body = _turn(url, turn1, first.instance_id)
-        assert _cached(body) == 0
-        time.sleep(2)  # the background put finishes; its announcement reaches both engines
-        hits_before = _tier_hits(second.metrics_url)
-        turn2 = turn1 + [rng.randrange(100, 8000) for _ in range(300)]
-        body = _turn(url, turn2, second.instance_id)  # the session moves to the other engine
-        assert _cached(body) >= 7 * 128  # turn 1's 7 full blocks, loaded from the tier
-        assert _tier_hits(second.metrics_url) - hits_before >= 7 * 128
-        # An engine files the tier's announcements with its next step's KV events (vLLM
-        # collects connector events only when it steps): the first engine, idle since turn 1,
-        # takes one short request, and Dynamo's router then holds the tier's blocks under each
-        # worker's host tier.
-        _turn(url, [rng.randrange(100, 8000) for _ in range(8)], first.instance_id)
-        view = subprocess.run([sys.executable, "-c", ROUTER_VIEW, "128", "2", "7"],
-                              input=json.dumps(turn2), capture_output=True, text=True, timeout=120,
-            env={**os.environ, **cluster.plane.env()})
-        assert view.returncode == 0, view.stderr[-2000:]
-        scores = json.loads(view.stdout.strip().splitlines()[-1])
-        host = {w["worker_id"]: w.get("host_pinned_blocks", 0) for w in scores["workers"]}
-        assert len(host) == 2 and all(n >= 7 for n in host.values()), scores
-    time.sleep(1)
-    assert new_job_processes(before) == []
-
-
-def test_disaggregated_workers_share_the_tier_which_outlives_a_worker_restart(tmp_path):
-    """Prefill and decode workers run the tier beside NIXL (vLLM's MultiConnector); a restarted
-    prefill worker, its own cache empty, takes a session's prefix from the tier."""
+def test_a_dead_prefill_worker_fails_fast_and_its_restart_takes_the_prefix_from_the_tier(
+        tmp_path):
+    """Disaggregated workers run the tier beside NIXL (vLLM's MultiConnector). SIGKILL the only
+    prefill worker: turns fail at once with a retryable 5xx (nothing hangs on the decode worker,
+    which stays up); `restart_worker` brings a new one, its own cache empty, which takes the
+    session's prefix from the tier."""
     before = process_table()
     rng = random.Random(1)
     cfg = ServingConfig(mode="disagg", kv_tier="mooncake", kv_tier_gib=0.5)
@@ -110,20 +37,28 @@ def test_disaggregated_workers_share_the_tier_which_outlives_a_worker_restart(tm
     with cluster as endpoint:
         url = endpoint.base_url.removesuffix("/v1")
         turn1 = [rng.randrange(100, 8000) for _ in range(1000)]
-
-        def complete(prompt: list[int]) -> dict:
-            resp = httpx.post(f"{url}/v1/completions", timeout=300, json={
-                "model": "tiny-glm", "prompt": prompt, "max_tokens": 4, "temperature": 0})
-            assert resp.status_code == 200, resp.text[:500]
-            return resp.json()
-
-        first = complete(turn1)
-        time.sleep(2)
+        status, first = complete(url, turn1, 4)
+        assert status == 200, first
+        old_prefill, decode = served_by(first)
+        assert endpoint.engine_names[old_prefill] == "prefill0"
+        time.sleep(2)  # the background put of turn 1's blocks finishes
+        prefill = next(w for w in cluster.workers if w.name == "prefill0")
+        os.killpg(prefill.process.pid, signal.SIGKILL)
+        for _ in range(5):
+            start = time.monotonic()
+            status, _ = complete(url, [rng.randrange(100, 8000) for _ in range(300)], 8)
+            assert status >= 500 and time.monotonic() - start < 10, status
+            time.sleep(1)
+        assert [w.name for w in cluster.workers if w.alive()] == ["decode0"]
         cluster.restart_worker("prefill0")
         prefill = next(w for w in cluster.workers if w.name == "prefill0")
-        assert _tier_hits(prefill.metrics_url) == 0
-        second = complete(turn1 + [rng.randrange(100, 8000) for _ in range(300)])
-        assert _tier_hits(prefill.metrics_url) >= 7 * 128
+        assert tier_hits(prefill.metrics_url) == 0
+        status, second = complete(url, turn1 + [rng.randrange(100, 8000) for _ in range(300)], 4)
+        assert status == 200, second
+        assert tier_hits(prefill.metrics_url) >= 7 * 128
+        new_prefill, same_decode = served_by(second)
+        assert new_prefill != old_prefill and endpoint.engine_names[new_prefill] == "prefill0"
+        assert same_decode == decode  # the same decode worker, not wedged
         assert first["choices"][0]["text"] and second["choices"][0]["text"]
     time.sleep(1)
     assert new_job_processes(before) == []

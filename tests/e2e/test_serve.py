@@ -23,11 +23,15 @@ TOOLS = [{"type": "function", "function": {  # no maxLength: the front bounds it
                    "required": ["city"], "additionalProperties": False}}}]
 
 
-@pytest.mark.parametrize("topology", ["embedded", "kv_routed"])
+@pytest.mark.parametrize("topology", [["serving=embedded"],
+                                      ["serving=kv_routed", "serving.discovery=etcd"]],
+                         ids=["embedded", "kv_routed_on_etcd_and_nats"])
 def test_outside_clients_get_chat_streams_and_valid_tool_calls(topology, tmp_path):
+    """The kv_routed server runs as a deployment would, discovery in etcd and events over NATS
+    (both started on loopback): its workers are found only through them."""
     before = process_table()
     port = free_port("127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "serving.serve", f"serving={topology}",
+    proc = subprocess.Popen([sys.executable, "-m", "serving.serve", *topology,
                              f"serve.port={port}", f"run_dir={tmp_path}"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -35,6 +39,10 @@ def test_outside_clients_get_chat_streams_and_valid_tool_calls(topology, tmp_pat
         while line and "serving tiny-glm at" not in line:
             line = proc.stdout.readline()
         assert f"http://127.0.0.1:{port}/v1" in line, line
+        if "serving.discovery=etcd" in topology:  # (on loopback: serving/dynamo/test_plane.py)
+            ours = [cmd.split(" ")[0] for cmd in process_table().values() if str(tmp_path) in cmd]
+            assert any(c.endswith("/etcd") for c in ours), ours
+            assert any(c.endswith("/nats-server") for c in ours), ours
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
         assert [m.id for m in client.models.list().data] == ["tiny-glm"]
         chat = client.chat.completions.create(
@@ -70,3 +78,4 @@ def test_outside_clients_get_chat_streams_and_valid_tool_calls(topology, tmp_pat
         proc.wait(timeout=120)
     time.sleep(1)
     assert new_job_processes(before) == []
+

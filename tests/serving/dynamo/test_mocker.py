@@ -4,7 +4,6 @@ frontend, answering turns from a replay trace; loopback only, nothing left runni
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,15 +11,9 @@ import pytest
 from serving import Cluster, ModelConfig, Sampling, ServingConfig, ServingError, open_front_door
 from serving.cluster import worker_roles
 from serving.dynamo.mocker import trace_line, write_trace
-from tests.procs import new_job_processes, process_table
+from tests.procs import listening, new_job_processes, process_table
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _listening(pids: set[int]) -> list[str]:
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[3] for line in out.splitlines()
-            if any(f"pid={pid}," in line for pid in pids)]
 
 
 def _cluster_pids(cluster: Cluster) -> set[int]:
@@ -39,7 +32,7 @@ def test_mocker_replays_each_sessions_turns_on_loopback(tmp_path: Path):
     with cluster as endpoint:
         assert endpoint.front_door == "dynamo_replay"
         assert sorted(endpoint.engine_ids) == ["agg0", "agg1"]
-        addresses = _listening(_cluster_pids(cluster))
+        addresses = listening(_cluster_pids(cluster))
         assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
 
         async def turns() -> list[list[int]]:

@@ -1,4 +1,3 @@
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -6,14 +5,7 @@ import pytest
 
 from serving.config import ServingConfig, ServingError
 from serving.dynamo.plane import ControlPlane
-from tests.procs import new_job_processes, process_table
-
-
-def _listening(pids: set[int]) -> list[str]:
-    """Local addresses the given processes listen on (TCP)."""
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[3] for line in out.splitlines()
-            if any(f"pid={pid}," in line for pid in pids)]
+from tests.procs import listening, new_job_processes, process_table
 
 
 def test_file_plane_runs_only_a_loopback_broker(tmp_path: Path):
@@ -24,7 +16,7 @@ def test_file_plane_runs_only_a_loopback_broker(tmp_path: Path):
         env = plane.env()
         assert env["DYN_DISCOVERY_BACKEND"] == "file" and env["DYN_EVENT_PLANE"] == "zmq"
         assert env["DYN_ZMQ_BROKER_URL"].count("tcp://127.0.0.1:") == 2
-        addresses = _listening({p.pid for p in plane.processes})
+        addresses = listening({p.pid for p in plane.processes})
         assert len(addresses) == 2 and all(a.startswith("127.0.0.1:") for a in addresses)
     finally:
         plane.stop()
@@ -40,7 +32,7 @@ def test_etcd_plane_starts_etcd_and_nats_on_loopback(tmp_path: Path):
         assert env["DYN_DISCOVERY_BACKEND"] == "etcd" and env["DYN_EVENT_PLANE"] == "nats"
         assert httpx.get(f"{env['ETCD_ENDPOINTS']}/health").json()["health"] == "true"
         assert env["NATS_SERVER"].startswith("nats://127.0.0.1:")
-        addresses = _listening({p.pid for p in plane.processes})
+        addresses = listening({p.pid for p in plane.processes})
         assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
     finally:
         plane.stop()
