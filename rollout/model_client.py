@@ -92,14 +92,20 @@ def _grammar(tools_json: str, choice_json: str, parallel: bool, thinking: bool,
                          max_tokens, json.loads(ids_json))
 
 
+def check_sampling(endpoint: Endpoint, sampling: SamplingConfig) -> None:
+    """ValueError if the served model cannot be sampled this way; cheap, so that a job refuses
+    before any actor loads a tokenizer."""
+    if sampling.constraint not in CONSTRAINTS:
+        raise ValueError(f"unknown constraint {sampling.constraint!r}; one of {CONSTRAINTS}")
+    missing = [m for m in MARKUP_TOKENS if m not in endpoint.markup_token_ids]
+    if sampling.constraint == "project" and missing:
+        raise ValueError(f"the served model has no single tokens for {missing}: the project's "
+                         "tool-call grammar needs them (use rollout.tool_constraint=stock)")
+
+
 class ModelClient:
     def __init__(self, endpoint: Endpoint, sampling: SamplingConfig) -> None:
-        if sampling.constraint not in CONSTRAINTS:
-            raise ValueError(f"unknown constraint {sampling.constraint!r}; one of {CONSTRAINTS}")
-        missing = [m for m in MARKUP_TOKENS if m not in endpoint.markup_token_ids]
-        if sampling.constraint == "project" and missing:
-            raise ValueError(f"the served model has no single tokens for {missing}: the project's "
-                             "tool-call grammar needs them (use rollout.tool_constraint=stock)")
+        check_sampling(endpoint, sampling)
         self.endpoint = endpoint
         self.sampling = sampling
         self.door = open_front_door(endpoint)

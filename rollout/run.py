@@ -39,7 +39,7 @@ from rollout.config import (
 )
 from rollout.corpus import build as build_corpus
 from rollout.corpus import corpus_message, source_of
-from rollout.model_client import ModelClient, SamplingConfig
+from rollout.model_client import SamplingConfig, check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
 from rollout.session import SessionLimits
@@ -148,7 +148,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
         sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
                                   rollout.parallel_tool_calls, rollout.tool_constraint)
         try:
-            ModelClient(endpoint, sampling)  # refuses an unusable constraint up front
+            check_sampling(endpoint, sampling)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)

@@ -302,7 +302,7 @@ class Cluster:
         _stop_together([f.stop for f in frontends])
         with self._restarting:  # a restart under way gives up (it sees _stopping) first
             workers, self.workers = self.workers, []
-        if workers:  # together: each waits out Dynamo's drain grace (5 s) after deregistering
+        if workers:  # together: each waits out its grace after deregistering (dynamo/worker.py)
             log.info("stopping workers %s", ", ".join(w.name for w in workers))
         _stop_together([w.stop for w in workers])
         if self.plane is not None:

@@ -79,6 +79,10 @@ class DynamoWorker:
             "DYN_SYSTEM_PORT": str(self.system_port),
             "VLLM_NIXL_SIDE_CHANNEL_HOST": self.cfg.host,
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.nixl_port),
+            # After deregistering, a stopping worker keeps serving this long (Dynamo's default
+            # is 5 s) so that routers elsewhere see it leave first. Ours are on this host and
+            # see it within milliseconds, and the cluster stops its frontends first.
+            "DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS": "1",
         })
         if self.cfg.device == "cpu":
             env.update({"UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": "lo"})
