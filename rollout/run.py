@@ -45,7 +45,7 @@ from rollout.scheduler import RunAborted, Scheduler
 from rollout.session import SessionLimits
 from rollout.shared_cluster import SWEEP_CLUSTER
 from rollout.sink import RecordSink
-from rollout.summary import print_summary, summarize
+from rollout.summary import RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
@@ -166,15 +166,15 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                 lambda: dict(endpoint.engine_names))
             with _progress() as progress:
                 bar = progress.add_task("sessions", total=len(jobs), status="")
-                seen: list[dict[str, Any]] = []
+                tally = RunningTally()
                 started = time.perf_counter()
 
                 def on_record(record: dict[str, Any]) -> None:
                     sink.write(record)  # on disk before it counts as done
                     tracker.log_record(record)
-                    seen.append(record)
-                    progress.update(bar, advance=1, status=_status_line(
-                        seen, scheduler.in_flight, time.perf_counter() - started))
+                    tally.add(record)
+                    progress.update(bar, advance=1, status=tally.line(
+                        scheduler.in_flight, time.perf_counter() - started))
 
                 scheduler.run(jobs, on_record)
             return _engine_cache(endpoint, counted)
@@ -240,16 +240,6 @@ def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
                     console=Console(stderr=True), transient=False)
-
-
-def _status_line(records: list[dict[str, Any]], running: int, elapsed_s: float) -> str:
-    """Sessions running and failed, completion tokens per second, the reward so far."""
-    failed = sum(r["status"] in ("infra_error", "error") for r in records)
-    scored = [r["reward"] for r in records if r["reward"] is not None]
-    tokens = sum(r["completion_tokens"] for r in records)
-    reward = f"{sum(scored) / len(scored):.3f}" if scored else "-"
-    return (f"running {running}  failed {failed}  {tokens / max(elapsed_s, 1e-9):.0f} tok/s  "
-            f"reward {reward}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

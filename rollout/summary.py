@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +35,30 @@ def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         **{f"calls_{kind}": sum((r.get("tool_call_issues") or {}).get(kind, 0) for r in records)
            for kind in ISSUE_KINDS + ("dropped", "failed")},
     }
+
+
+@dataclass
+class RunningTally:
+    """The live progress line's figures as sums, so that a long run holds no records in memory
+    (they are on disk as they land) and each update costs the same."""
+
+    failed: int = 0
+    completion_tokens: int = 0
+    reward_sum: float = 0.0
+    scored: int = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.failed += record["status"] in ("infra_error", "error")
+        self.completion_tokens += record.get("completion_tokens") or 0
+        if record.get("reward") is not None:
+            self.reward_sum += record["reward"]
+            self.scored += 1
+
+    def line(self, running: int, elapsed_s: float) -> str:
+        """Sessions running and failed, completion tokens per second, the reward so far."""
+        reward = f"{self.reward_sum / self.scored:.3f}" if self.scored else "-"
+        rate = self.completion_tokens / max(elapsed_s, 1e-9)
+        return f"running {running}  failed {self.failed}  {rate:.0f} tok/s  reward {reward}"
 
 
 def print_summary(summary: dict[str, Any], console: Console | None = None) -> None:

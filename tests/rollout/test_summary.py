@@ -3,7 +3,7 @@
 import pytest
 
 from rollout.record import Job, Outcome, Provenance, SessionTrace, ToolCallRecord, build_record
-from rollout.summary import summarize
+from rollout.summary import RunningTally, summarize
 from tests.rollout.test_record import _turn
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")
@@ -33,3 +33,18 @@ def test_sums_counts_and_the_mean_of_scored_rewards():
 def test_no_records_is_zeros_not_an_error():
     s = summarize([], wall_s=0.0)
     assert s["rollouts"] == 0 and s["mean_reward"] == 0.0 and s["completion_tokens_per_s"] == 0
+
+
+def test_the_progress_tally_keeps_sums_not_records():
+    records = [
+        build_record(Job("a", 0), PROV, Outcome("ok", "submitted", reward=1.0),
+                     SessionTrace(turns=[_turn(0, [1, 2], [3, 4, 5])])),
+        build_record(Job("a", 1), PROV, Outcome("ok", "submitted", reward=0.0),
+                     SessionTrace(turns=[_turn(0, [1], [2])])),
+        build_record(Job("b", 0), PROV, Outcome("infra_error", "error", "down")),
+    ]
+    tally = RunningTally()
+    assert tally.line(running=3, elapsed_s=0.0) == "running 3  failed 0  0 tok/s  reward -"
+    for record in records:
+        tally.add(record)
+    assert tally.line(running=1, elapsed_s=2.0) == "running 1  failed 1  2 tok/s  reward 0.500"
