@@ -117,11 +117,14 @@ def _parts(out: Path) -> list[Path]:
     return sorted((out / "data").glob("part-*.parquet")) if (out / "data").exists() else []
 
 
-def test_sigkill_keeps_every_finished_rollout_and_a_rerun_completes_the_set(tmp_path):
+def test_sigkill_keeps_every_finished_rollout_and_a_rerun_completes_the_set(
+        tmp_path, on_shared_engine):
+    """On the shared engine: that a job's own engine dies with a SIGKILLed job is
+    tests/serving/test_process.py::test_a_server_dies_with_a_sigkilled_job."""
     before = process_table()
     out = tmp_path / "run"
     overrides = ("+experiment=swe_rl", f"output.dir={out}", "rollout.samples_per_task=2",
-                 "logger=none")
+                 "logger=none", *on_shared_engine)
     job = _job(*overrides)
     deadline = time.monotonic() + 600
     while len(_parts(out)) < 3:
@@ -136,8 +139,8 @@ def test_sigkill_keeps_every_finished_rollout_and_a_rerun_completes_the_set(tmp_
     rerun = _job(*overrides)  # beside what the killed job left, which must not disturb it
     log, _ = rerun.communicate(timeout=900)
     assert rerun.returncode == 0, log[-3000:]
-    # The engine dies with the job (PR_SET_PDEATHSIG); Ray's dashboard and runtime-env agents
-    # notice their raylet is gone by themselves, up to ~90 s later (README: known limits).
+    # Ray's dashboard and runtime-env agents notice their raylet is gone by themselves, up to
+    # ~90 s later (README: known limits).
     while new_job_processes(before) and time.monotonic() < killed_at + 150:
         time.sleep(2)
     assert new_job_processes(before) == []

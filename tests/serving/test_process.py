@@ -1,6 +1,8 @@
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from serving.process import ManagedProcess, free_port, port_in_use
 
@@ -31,6 +33,30 @@ def test_stop_ends_the_whole_group(tmp_path):
     assert not proc.alive()
     time.sleep(0.2)
     assert not _alive(child)
+
+
+def test_a_server_dies_with_a_sigkilled_job(tmp_path):
+    """No handler runs in a SIGKILLed job: the kernel ends its servers (PR_SET_PDEATHSIG)."""
+    pidfile = tmp_path / "server.pid"
+    job = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time; from pathlib import Path; "
+        "from serving.process import ManagedProcess; "
+        f"p = ManagedProcess('s', ['sleep', '300'], dict(os.environ), "
+        f"Path({str(tmp_path)!r}) / 'log'); "
+        f"Path({str(pidfile)!r}).write_text(str(p.pid)); time.sleep(300)")],
+        cwd=Path(__file__).resolve().parents[2])
+    deadline = time.time() + 30
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.time() < deadline and job.poll() is None
+        time.sleep(0.05)
+    server = int(pidfile.read_text())
+    assert _alive(server)
+    job.kill()
+    job.wait()
+    deadline = time.time() + 5
+    while _alive(server) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(server)
 
 
 def test_last_error_names_the_failure(tmp_path):
