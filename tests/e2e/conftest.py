@@ -17,9 +17,10 @@ from tests.procs import STARTED_BY_JOB, process_table
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_engine(tmp_path_factory) -> Iterator[Endpoint]:
-    """The embedded engine a job would start (same flags), started once for the session."""
+    """The embedded engine a job would start (same flags), started once for the end-to-end
+    tests and stopped after the last of them (an idle engine still takes ~12% of a core)."""
     run_dir = tmp_path_factory.mktemp("shared-engine")
     with Cluster(ServingConfig(), ModelConfig(), run_dir, ROOT / ".cache") as endpoint:
         yield endpoint
