@@ -5,31 +5,23 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
 
+from tests.e2e.jobs import swe_rl_job
 from tests.e2e.records import check_records
 from tests.procs import new_job_processes, process_table
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
-
-
-def _job(out: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rollout.run", "+experiment=swe_rl",
-                             f"output.dir={out}", "logger=none", *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def test_kv_routed_job_reuses_prefixes_on_the_session_engine(tmp_path):
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "serving=kv_routed")
+    job = swe_rl_job(out, "serving=kv_routed")
     log, _ = job.communicate(timeout=900)
     assert job.returncode == 0, log[-3000:]
     ds = load_from_disk(str(out / "dataset"))
@@ -46,8 +38,8 @@ def test_kv_routed_job_reuses_prefixes_on_the_session_engine(tmp_path):
 def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "serving=disagg", "rollout.samples_per_task=1", "rollout.max_retries=1",
-               "rollout.retry_backoff_s=5")
+    job = swe_rl_job(out, "serving=disagg", "rollout.samples_per_task=1", "rollout.max_retries=1",
+                     "rollout.retry_backoff_s=5")
     log, _ = job.communicate(timeout=900)
     time.sleep(1)
     assert new_job_processes(before) == []  # whatever happened, nothing is left running
@@ -64,7 +56,8 @@ def test_a_killed_engine_loses_no_session(tmp_path):
     other engine, and every rollout is recorded."""
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "serving=kv_routed", "rollout.samples_per_task=3", "rollout.max_retries=3")
+    job = swe_rl_job(out, "serving=kv_routed", "rollout.samples_per_task=3",
+                     "rollout.max_retries=3")
     victim_log = out / "logs" / "worker-agg1.log"
     deadline = time.monotonic() + 400
     while not (out / "logs" / "frontend-0.log").exists() or not _served(victim_log, 3):

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from datasets import load_from_disk
 
 from serving import Cluster, ModelConfig, ServingConfig
 from tests.e2e.frontend_calls import complete, served_by, tier_hits
+from tests.e2e.jobs import swe_rl_job
 from tests.e2e.records import check_records
 from tests.procs import new_job_processes, process_table
 
@@ -64,12 +63,6 @@ def test_a_dead_prefill_worker_fails_fast_and_its_restart_takes_the_prefix_from_
     assert new_job_processes(before) == []
 
 
-def _job(out: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rollout.run", "+experiment=swe_rl",
-                             f"output.dir={out}", "logger=none", *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def _writer_of(log: Path) -> int | None:
     """The process whose standard output is `log` (ManagedProcess points it there), if any."""
     for pid in process_table():
@@ -90,7 +83,7 @@ def test_a_killed_mooncake_master_costs_recompute_not_rollouts(tmp_path):
     never evicts.)"""
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "serving.kv_tier=mooncake", "serving.kv_tier_gib=0.5")
+    job = swe_rl_job(out, "serving.kv_tier=mooncake", "serving.kv_tier_gib=0.5")
     engine_log = out / "logs" / "engine-0.log"
 
     def engine_lines() -> list[str]:

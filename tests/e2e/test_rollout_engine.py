@@ -14,19 +14,12 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
+from tests.e2e.jobs import swe_rl_job
 from tests.procs import new_job_processes, process_table
 
-ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 TASKS = ("merge_touching", "roman_subtractive", "slugify_lower", "stack_pop", "stats_mean")
 pytestmark = pytest.mark.e2e
-
-
-def _job(out: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rollout.run", "+experiment=swe_rl",
-                             f"output.dir={out}", "logger=none", *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
 
 
 def _keys(samples: int) -> list[str]:
@@ -36,7 +29,7 @@ def _keys(samples: int) -> list[str]:
 def test_a_killed_rollout_actor_loses_no_rollout(tmp_path, on_shared_engine):
     before = process_table()
     out = tmp_path / "run"
-    job = _job(out, "rollout.samples_per_task=3", *on_shared_engine)
+    job = swe_rl_job(out, "rollout.samples_per_task=3", *on_shared_engine)
     deadline = time.monotonic() + 600
     while len(list((out / "data").glob("part-*.parquet")) if (out / "data").exists() else []) < 2:
         assert job.poll() is None, job.stdout.read()[-3000:]
@@ -85,8 +78,8 @@ def test_sessions_run_on_both_nodes_of_a_two_node_ray_cluster(tmp_path, on_share
                                log=tmp_path / "node2.log"))
         time.sleep(8)
         out = tmp_path / "run"
-        job = _job(out, f"ray.address=127.0.0.1:{port}", "rollout.workers=2",
-                   *on_shared_engine, env=env)
+        job = swe_rl_job(out, f"ray.address=127.0.0.1:{port}", "rollout.workers=2",
+                         *on_shared_engine, env=env)
         log, _ = job.communicate(timeout=900)
         assert job.returncode == 0, log[-3000:]
         ds = load_from_disk(str(out / "dataset"))
