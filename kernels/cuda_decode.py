@@ -22,6 +22,19 @@ from kernels.sparse_decode import _combine_kernel
 
 HEADS_PER_CTA = 64  # wgmma's M: fewer heads are padded
 TILE = 64  # cached rows per pipeline stage; splits are whole tiles
+# Kernel variants (csrc/decode_sm90.cu's header; all share the producer and the interface):
+VARIANTS = {
+    0: "round 4: both consumer groups compute half of S each, maxima exchanged in shared memory",
+    1: "group 1: all of S, softmax, P V from registers; group 2: P V from shared memory",
+    2: "1 + the producer prefetches the rows of the tile after next into L2",
+    3: "2 + group 1 issues the next tile's Q K^T right behind its P V",
+}
+DEFAULT_VARIANT = 3
+
+
+def default_variant() -> int:
+    """`ROLLFLEET_CUDA_VARIANT` if set (the bench and tests compare variants), else the default."""
+    return int(os.environ.get("ROLLFLEET_CUDA_VARIANT", DEFAULT_VARIANT))
 
 
 @functools.cache
@@ -65,10 +78,14 @@ def sparse_mla_decode_cuda(
     num_splits: int = 0,
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
+    variant: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, H, 576] bf16, cache [blocks, block_size, 352] NVFP4 rows, indices [B, topk] int32
-    flat slots (-1 = padding) -> (out [B, H, 512] bf16, lse [B, H] fp32, natural log)."""
+    flat slots (-1 = padding) -> (out [B, H, 512] bf16, lse [B, H] fp32, natural log).
+    `variant`: one of VARIANTS (default: `default_variant()`)."""
     assert cache.shape[-1] == ROW_BYTES[KVFormat.NVFP4] and q.shape[-1] == KV_DIM
+    variant = default_variant() if variant is None else variant
+    assert variant in VARIANTS, variant
     bsz, num_heads, _ = q.shape
     topk = indices.shape[1]
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
@@ -81,7 +98,7 @@ def sparse_mla_decode_cuda(
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * math.log2(math.e)
-    _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit)
+    _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant)
     if nsplit > 1:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),

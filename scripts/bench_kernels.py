@@ -30,7 +30,12 @@ import triton  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 from kernels.cache_write import write_kv_cache  # noqa: E402
-from kernels.cuda_decode import sparse_mla_decode_cuda, split_plan  # noqa: E402
+from kernels.cuda_decode import (  # noqa: E402
+    VARIANTS,
+    default_variant,
+    sparse_mla_decode_cuda,
+    split_plan,
+)
 from kernels.fp8_staging import staged_decode  # noqa: E402
 from kernels.kv_capacity import capacity_table  # noqa: E402
 from kernels.kv_formats import (  # noqa: E402
@@ -212,17 +217,24 @@ def build_pool(n: int, gen: torch.Generator, res: dict) -> dict:
     return {"kv": kv, "kv_scale": kv_scale, "caches": caches}
 
 
-def check_correctness(pool: dict, heads_list: list[int], gen: torch.Generator) -> list[dict]:
+def check_correctness(
+    pool: dict,
+    heads_list: list[int],
+    gen: torch.Generator,
+    cuda_variants: tuple[int, ...] = (),
+    cuda_only: bool = False,
+) -> list[dict]:
     """Every kernel against the reference: ragged top-k, -1 padding, NaN-poisoned outputs."""
     dev, n = gen.device, pool["kv"].shape[0]
     topk, bsz = (2048, 8) if dev.type == "cuda" else (64, 3)
     rows = []
+    cuda_paths = tuple(f"cuda_v{v}" for v in cuda_variants) if HAS_SM90 else ()
     for heads in heads_list:
         q = logit_scaled_q(bsz, heads, pool["kv"], SM_SCALE, gen)
         idx = ragged_topk(bsz, topk, n, gen)
         valid = idx >= 0
-        paths = (KVFormat.NVFP4, KVFormat.FP8, "staging") + (("cuda",) if HAS_SM90 else ())
-        for fmt in paths:
+        paths = () if cuda_only else (KVFormat.NVFP4, KVFormat.FP8, "staging")
+        for fmt in paths + cuda_paths:
             out = torch.full(
                 (bsz, heads, LATENT_DIM), float("nan"), device=dev, dtype=torch.bfloat16
             )
@@ -237,9 +249,10 @@ def check_correctness(pool: dict, heads_list: list[int], gen: torch.Generator) -
                 ref, ref_lse = attend(
                     q.float(), staged.masked_fill(~valid[..., None], 0), valid, SM_SCALE
                 )
-            elif fmt == "cuda":
+            elif isinstance(fmt, str) and fmt.startswith("cuda_v"):
                 cache = pool["caches"][KVFormat.NVFP4]
-                sparse_mla_decode_cuda(q, cache, idx, SM_SCALE, out=out, lse=lse)
+                v = int(fmt.removeprefix("cuda_v"))
+                sparse_mla_decode_cuda(q, cache, idx, SM_SCALE, out=out, lse=lse, variant=v)
                 ref, ref_lse = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, SM_SCALE)
             else:
                 cache = pool["caches"][fmt]
@@ -282,6 +295,8 @@ def bench_shape(
     gen: torch.Generator,
     candidates: dict,
     deadline: float,
+    cuda_variants: tuple[int, ...] = (),
+    cuda_only: bool = False,
 ) -> dict:
     dev, kv = gen.device, pool["kv"]
     idx = torch.randint(0, kv.shape[0], (bsz, topk), generator=gen, device=dev, dtype=torch.int32)
@@ -305,6 +320,13 @@ def bench_shape(
         }
 
     res, fp8_cfg = {"H": heads, "B": bsz, "topk": topk}, None
+    nv = pool["caches"][KVFormat.NVFP4]
+    if HAS_SM90:
+        for v in cuda_variants:
+            name = "nvfp4_cuda" if v == default_variant() else f"nvfp4_cuda_v{v}"
+            res.update(bench_cuda(q, nv, idx, bsz, heads, topk, entry, v, name))
+    if cuda_only:
+        return res
     for fmt in (KVFormat.NVFP4, KVFormat.FP8):
         cache, tried, errs = pool["caches"][fmt], {}, {}
         ref, _ = sparse_mla_decode_ref(q, cache, idx, fmt, SM_SCALE, pool["kv_scale"])
@@ -346,9 +368,6 @@ def bench_shape(
                 res["nvfp4_portable"] = entry(timed(fn), ROW_BYTES[fmt], fn()[0], config="portable")
         fp8_cfg = cfg if fmt == KVFormat.FP8 else fp8_cfg
     stage = torch.empty(bsz * topk, KV_DIM, dtype=torch.uint8, device=dev)
-    nv = pool["caches"][KVFormat.NVFP4]
-    if HAS_SM90:
-        res.update(bench_cuda(q, nv, idx, bsz, heads, topk, entry))
     staged = partial(staged_decode, q, nv, idx, SM_SCALE, pool["kv_scale"], stage, fp8_cfg)
     res["staging"] = entry(timed(staged), ROW_BYTES[KVFormat.NVFP4], staged()[0])
     plain = partial(torch_gather_decode, q, kv, idx)
@@ -357,30 +376,39 @@ def bench_shape(
 
 
 def bench_cuda(
-    q: torch.Tensor, cache: torch.Tensor, idx: torch.Tensor, bsz: int, heads: int, topk: int, entry
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    idx: torch.Tensor,
+    bsz: int,
+    heads: int,
+    topk: int,
+    entry,
+    variant: int,
+    name: str,
 ) -> dict:
-    """The CUDA kernel at its automatic split count, half and twice that; the fastest correct."""
+    """One CUDA kernel variant at its automatic split count, half and twice that; the fastest
+    correct one."""
     ref, _ = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, SM_SCALE)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     auto = split_plan(bsz, heads, topk, 0, sms)[0]
     plans = {split_plan(bsz, heads, topk, n, sms)[0] for n in (auto, max(1, auto // 2), 2 * auto)}
     tried, errs = {}, {}
     for n in sorted(plans):
-        fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n)
+        fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n, variant=variant)
         errs[n] = rel(fn()[0], ref)
         tried[n] = timed(fn)
     ok = {n: t for n, t in tried.items() if errs[n] < 2e-2}
     if not ok:
-        return {"cuda_wrong": {n: errs[n] for n in tried}}
+        return {f"{name}_wrong": {n: errs[n] for n in tried}}
     n = min(ok, key=ok.get)
-    fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n)
+    fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n, variant=variant)
     configs = {f"splits{k}": [t * 1e6, errs[k]] for k, t in tried.items()}
     return {
-        "nvfp4_cuda": entry(
+        name: entry(
             ok[n],
             ROW_BYTES[KVFormat.NVFP4],
             fn()[0],
-            config=f"splits{n}",
+            config=f"v{variant}_splits{n}",
             all_configs_us_err=configs,
             err_vs_ref=errs[n],
         )  # fmt: skip
@@ -428,13 +456,16 @@ def goals(shapes: list[dict], ceil: dict) -> dict:
         if (16, 64) in by:
             r = by[(16, 64)][path]
             g[f"{path}_H16_B64_hbm_fraction(goal>=0.8)"] = r["tbs"] / ceil["hbm_read_tbs"]
+            if path == "nvfp4_cuda":  # issue 29's step
+                g[f"{path}_H16_B64_us(step<=40)"] = r["us"]
         if (64, 128) in by:
-            g[f"{path}_H64_B128_tflops(goal>=400)"] = by[(64, 128)][path]["tflops"]
+            g[f"{path}_H64_B128_tflops(goal>=400,step>=300)"] = by[(64, 128)][path]["tflops"]
         for k, r in by.items():
             name = f"{path}_H{k[0]}_B{k[1]}"
             if "fp8" in r:
                 g[f"{name}_fp8_over_nvfp4_time(goal>=1)"] = r["fp8"]["us"] / r[path]["us"]
-            g[f"{name}_staging_over_nvfp4_time(goal>=2)"] = r["staging"]["us"] / r[path]["us"]
+            if "staging" in r:
+                g[f"{name}_staging_over_nvfp4_time(goal>=2)"] = r["staging"]["us"] / r[path]["us"]
     return g
 
 
@@ -452,16 +483,17 @@ def table(res: dict) -> str:
             f"{r['path']}/H{r['H']}:{'ok' if r['pass'] else 'FAIL'}({r['rel_err']:.1e})"
             for r in res["correctness"]
         ),
-        f"{'H':>4} {'B':>4} {'path':<14} {'us':>8} {'floor':>7} {'TB/s':>6} {'TFLOP/s':>8} "
+        f"{'H':>4} {'B':>4} {'path':<15} {'us':>8} {'floor':>7} {'TB/s':>6} {'TFLOP/s':>8} "
         f"{'%floor':>6} {'err_vs_bf16':>11} config",
     ]
     for r in res["shapes"]:
-        for p in PATHS:
+        extra = sorted(k for k in r if k.startswith("nvfp4_cuda_v") and isinstance(r[k], dict))
+        for p in (PATHS[0], *[k for k in extra if "wrong" not in k], *PATHS[1:]):
             if p not in r:
                 continue
             e = r[p]
             lines.append(
-                f"{r['H']:>4} {r['B']:>4} {p:<14} {e['us']:>8.1f} {e['floor_us']:>7.1f} "
+                f"{r['H']:>4} {r['B']:>4} {p:<15} {e['us']:>8.1f} {e['floor_us']:>7.1f} "
                 f"{e['tbs']:>6.2f} {e['tflops']:>8.1f} {100 * e['of_floor']:>5.0f}% "
                 f"{e['err_vs_bf16']:>11.2e} {e.get('config', '')}"
             )
@@ -509,9 +541,19 @@ def main() -> None:
         help="only run the decodes 3 times each at one shape, for ncu",
     )
     ap.add_argument("--profile-paths", default="cuda,nvfp4,fp8", help="with --profile")
+    ap.add_argument(
+        "--cuda-variants",
+        default="",
+        help="CUDA kernel variants to check and time, e.g. 0,1,2,3 (default: the default one)",
+    )
+    ap.add_argument("--cuda-only", action="store_true", help="time only the CUDA kernel")
     args = ap.parse_args()
     if args.profile:
         return profile_run(*args.profile, args.profile_paths)
+    cuda_variants = tuple(
+        int(v) for v in (args.cuda_variants or str(default_variant())).split(",") if v
+    )
+    assert all(v in VARIANTS for v in cuda_variants), cuda_variants
     t0 = time.time()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gen = torch.Generator(device=dev)
@@ -544,7 +586,7 @@ def main() -> None:
         heads_list = sorted({h for h, _ in shapes})
     print("ceilings", res["ceilings"], flush=True)
     compiling = None
-    if dev.type == "cuda" and args.precompile > 0:  # compile every candidate in parallel
+    if dev.type == "cuda" and args.precompile > 0 and not args.cuda_only:  # every candidate
         plan = [
             (fmt.value, cfg, h, b, topk)
             for h, b in shapes
@@ -557,7 +599,7 @@ def main() -> None:
         compiling = workers.map_async(_compile_worker, chunks)
     pool = build_pool(pool_n, gen, res)
     print("write kernel", res["write_kernel"], flush=True)
-    res["correctness"] = check_correctness(pool, heads_list, gen)
+    res["correctness"] = check_correctness(pool, heads_list, gen, cuda_variants, args.cuda_only)
     print("correctness", res["correctness"], flush=True)
     save()
     if compiling is not None:
@@ -568,7 +610,10 @@ def main() -> None:
     res["shapes"] = []
     deadline = time.time() + args.budget_s
     for heads, bsz in shapes:
-        r = bench_shape(pool, heads, bsz, topk, res["ceilings"], gen, candidates, deadline)
+        r = bench_shape(
+            pool, heads, bsz, topk, res["ceilings"], gen, candidates, deadline, cuda_variants,
+            args.cuda_only,
+        )  # fmt: skip
         res["shapes"].append(r)
         print(json.dumps(r, default=str), flush=True)
         save()

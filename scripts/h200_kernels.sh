@@ -5,6 +5,8 @@
 #   run: bash scripts/h200_kernels.sh                          (build, tests, bench)
 #        NCU="16 64 64 128" bash scripts/h200_kernels.sh       (+ ncu of the CUDA kernel)
 #        NCU="64 128" NCU_KERNEL=_split_kernel NCU_PATHS=nvfp4,fp8 BENCH=0 bash ...  (Triton)
+#        CUDA_VARIANTS="0 1 2 3" CUDA_ONLY=1 TESTS=0 SHAPES=16x64,64x128 bash ...
+#          (gate each CUDA kernel variant alone, then time the ones that passed, nothing else)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -17,11 +19,19 @@ ROLLFLEET_CUDA_VERBOSE=1 timeout 300 python3 -c \
   "from kernels.cuda_decode import _ext; print('smem', _ext().smem_bytes())" > "$OUT/build.log" 2>&1
 echo "build rc=$? $((SECONDS - t0)) s"; grep -E "error|registers|spill|smem|C75" "$OUT/build.log"
 
-# Gate: the two simplest CUDA tests; if they fail or hang, nothing else runs the CUDA kernel.
-timeout 120 python3 -m pytest -x -q -p no:cacheprovider -o timeout=60 -o timeout_method=thread \
-  tests/kernels -k "cuda_one_slot or cuda_zero_q" > "$OUT/tests.log" 2>&1
-gate=$?; echo "cuda gate rc=$gate"; tail -15 "$OUT/tests.log"
-if [ $gate != 0 ]; then export BENCH_NO_CUDA=1 NCU=""; sel="not cuda"; else sel=""; fi
+# Gate: the two simplest CUDA tests, per kernel variant (each in its own process, so that a hung
+# variant costs its time limit only); if every variant fails, nothing else runs the CUDA kernel.
+default_v=$(python3 -c "from kernels.cuda_decode import default_variant; print(default_variant())")
+ok_variants=""
+: > "$OUT/tests.log"
+for v in ${CUDA_VARIANTS:-$default_v}; do
+  timeout 120 python3 -m pytest -x -q -p no:cacheprovider -o timeout=60 -o timeout_method=thread \
+    tests/kernels -k "(cuda_one_slot or cuda_zero_q) and v$v" >> "$OUT/tests.log" 2>&1
+  rc=$?; echo "cuda gate variant $v rc=$rc"
+  if [ $rc = 0 ]; then ok_variants="$ok_variants,$v"; else tail -15 "$OUT/tests.log"; fi
+done
+ok_variants=${ok_variants#,}
+if [ -z "$ok_variants" ]; then export BENCH_NO_CUDA=1 NCU=""; sel="not cuda"; else sel=""; fi
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider -o timeout=90 \
     -o timeout_method=thread tests/kernels ${sel:+-k "$sel"} >> "$OUT/tests.log" 2>&1
@@ -29,7 +39,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 if [ "${BENCH:-1}" = 1 ]; then
   timeout 300 python3 scripts/bench_kernels.py --out "$OUT" ${SHAPES:+--shapes $SHAPES} \
-    > "$OUT/bench.log" 2>&1
+    ${ok_variants:+--cuda-variants $ok_variants} ${CUDA_ONLY:+--cuda-only} > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
   sed -n '/^   H /,$p' "$OUT/bench.log"
 fi
@@ -38,7 +48,9 @@ while [ $# -ge 2 ]; do
   h=$1 b=$2; shift 2
   rep=/tmp/ncu_h${h}_b${b}
   # each path launches 3 times: profile the third launch of the kernel (warm caches, compiled)
-  timeout 150 ncu --clock-control none --set full --import-source yes \
+  # NCU_SECTIONS="SpeedOfLight WarpStateStats ...": those sections only (fewer replay passes)
+  if [ -n "${NCU_SECTIONS:-}" ]; then what=$(printf -- "--section %s " $NCU_SECTIONS); else what="--set full"; fi
+  timeout 150 ncu --clock-control none $what --import-source yes \
       -k "regex:${NCU_KERNEL:-decode_kernel}" --launch-skip 2 --launch-count 1 -f -o "$rep" \
       python3 scripts/bench_kernels.py --profile "$h" "$b" --profile-paths "${NCU_PATHS:-cuda}" \
       > /dev/null 2>&1

@@ -7,7 +7,8 @@
 
 void decode(const torch::Tensor& q, const torch::Tensor& cache, const torch::Tensor& indices,
             const torch::Tensor& opart, const torch::Tensor& lpart, const torch::Tensor& out,
-            const torch::Tensor& lse, double qk_scale, int64_t split_len, int64_t nsplit) {
+            const torch::Tensor& lse, double qk_scale, int64_t split_len, int64_t nsplit,
+            int64_t variant) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == torch::kBFloat16 && q.dim() == 3 &&
               q.size(2) == 576 && q.stride(2) == 1 && q.stride(1) % 8 == 0 &&
               q.stride(0) % 8 == 0 &&
@@ -43,6 +44,7 @@ void decode(const torch::Tensor& q, const torch::Tensor& cache, const torch::Ten
   p.split_len = static_cast<int>(split_len);
   p.nsplit = static_cast<int>(nsplit);
   p.batch = static_cast<int>(batch);
+  p.variant = static_cast<int>(variant);
   p.stride_qb = q.stride(0);
   p.stride_qh = q.stride(1);
   p.stride_ib = indices.stride(0);

@@ -1,12 +1,17 @@
 // Sparse MLA decode over NVFP4 rows for Hopper (sm_90a), warp-specialized like FlashMLA's sparse
-// decode. One CTA = one query x one top-k split x 64 heads (wgmma's M; fewer heads are padded):
-//   warp group 0 (producer): gathers each tile's 64 rows from global memory (16-byte loads; the
-//     next tile's are issued while this one is decoded), decodes E2M1 x E4M3 scale and the E4M3
-//     rope to fp16 in registers and stores them in a 128-byte-swizzled shared tile;
-//   warp groups 1, 2 (consumers): S = Q K^T over 576 dims, 32 of the tile's rows each (wgmma,
-//     both operands in shared memory), exchange row maxima, online softmax, P to shared memory,
-//     then O[:, 256 w : 256 w + 256] += P V with the same tile read MN-major as V; a stage is
-//     handed back as soon as its P V is done, while the producer fills the other one.
+// decode. One CTA = one query x one top-k split x 64 heads (wgmma's M; fewer heads are padded).
+// Warp group 0 (producer) gathers each tile's 64 rows from global memory (16-byte loads; the next
+// tile's are issued while this one is decoded, and with kVariant >= 2 the tile after that is
+// prefetched into L2), decodes E2M1 x E4M3 scale and the E4M3 rope to fp16 in registers and stores
+// them in a 128-byte-swizzled shared tile (2 stages). The consumers, by variant:
+//   0 (round 4): warp groups 1, 2 each compute S = Q K^T for 32 of the tile's rows, exchange row
+//     maxima through shared memory, run the online softmax, write P to shared memory, then
+//     O[:, 256 w : 256 w + 256] += P V with the same tile read MN-major as V.
+//   1, 2, 3 (issue 29): warp group 1 computes the whole S = Q K^T (m64n64, no maxima exchange),
+//     the softmax, and O[:, :256] += P V with P in registers as wgmma's A operand; it hands P and
+//     the rescale factors to warp group 2 through shared memory, which computes O[:, 256:] += P V
+//     while group 1 goes on to the next tile's Q K^T (group 2's P V runs under group 1's softmax and
+//     Q K^T). 3: group 1 issues the next tile's Q K^T right behind its own P V instead of after it.
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +36,13 @@ constexpr int kSmem = kOffBar + 4 * 8 + 1024;     // + slack to align the base t
 constexpr int kProducerRegs = 88;
 constexpr int kConsumerRegs = 208;  // setmaxnreg moves registers within the launch's
 // 168 x 384: 128 x 88 + 256 x 208 = 64512 (asking for more than that pool waits forever)
+// Variants >= 1: producer 104, group 1 240, group 2 160 (104 + 240 + 160 = 504 = 3 x 168); the
+// producer spilled at 88 (ncu: its spill reloads were ~20% of its stall samples with the prefetch).
+constexpr int kProducerRegs1 = 104, kQkRegs = 240, kPvRegs = 160;
+// Named barriers: 0 = __syncthreads, 1 = the 256 consumer threads (Q, epilogue); variants >= 1:
+// 2 = P and its rescale factors written (group 1 arrives, group 2 waits), 3 = P read (the other
+// way round).
+constexpr int kBarPReady = 2, kBarPFree = 3;
 constexpr float kInf = __builtin_huge_valf();
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -65,6 +77,15 @@ __device__ __forceinline__ void fence_async_smem() {
 }
 __device__ __forceinline__ void consumer_sync() {  // the 256 consumer threads only
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_sync(int id) {  // waits; 256 threads (both consumer groups)
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {  // counts, does not wait
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 // No register fences around the waits: ptxas tracks wgmma's accumulators itself (it adds a wait
 // before any early read, C7517), while empty asm on them made it serialize every wgmma (C7514).
@@ -133,6 +154,43 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], uint64_t da, uint64_t 
       : "l"(da), "l"(db), "r"(1));
 }
 
+#define WG_D8(i)                                                                          \
+  "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]),     \
+      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define WG_D32(i) WG_D8(i), WG_D8((i) + 8), WG_D8((i) + 16), WG_D8((i) + 24)
+// S[64, 64] (+)= Q[64, 16] K[64, 16]^T: both K-major (variants >= 1: one group, all 64 rows).
+__device__ __forceinline__ void wgmma_qk64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : WG_D32(0)
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// O[64, 256] += P[64, 16] V[16, 256] with P in registers (wgmma's A fragment: a0 = row g, columns
+// 2t, 2t + 1; a1 = row g + 8, same columns; a2, a3 = the same rows, columns + 8, where g = lane / 4,
+// t = lane % 4 within each warp's 16 rows), V from shared memory MN-major.
+__device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2,
+                                            uint32_t a3, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : WG_D32(0), WG_D32(32), WG_D32(64), WG_D32(96)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
 __device__ __forceinline__ uint4 ld_nc(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -143,6 +201,13 @@ __device__ __forceinline__ uint4 ld_nc(const uint4* p) {
 __device__ __forceinline__ void st_smem(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ uint4 ld_smem(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
 }
 __device__ __forceinline__ void st_smem(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v));
@@ -222,7 +287,10 @@ __device__ __forceinline__ void decode_row(uint4 (&buf)[11], uint32_t tile, int 
 }
 
 // Per tile the producer waits for one memory latency at most: the slot of tile k + 1 is loaded
-// while tile k - 1 is decoded, and tile k + 1's row chunks while tile k is.
+// while tile k - 1 is decoded, and tile k + 1's row chunks while tile k is. kPrefetch: the rows of
+// tile k + 2 are also prefetched into L2 before waiting for a free stage (slots 3 tiles ahead), so
+// that the loads of tile k + 1 issued during this decode find them there.
+template <bool kPrefetch>
 __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1, int ntiles) {
   const int tid = threadIdx.x, r = tid >> 1, h = tid & 1;
   const uint32_t base = smem_u32(smem);
@@ -241,11 +309,22 @@ __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, in
 #pragma unroll
   for (int i = 0; i < 11; ++i) buf[i] = valid ? ld_nc(src + 2 * i) : make_uint4(0, 0, 0, 0);
   slot = slot_of(1);
+  int slot2 = kPrefetch ? slot_of(2) : -1;
   for (int k = 0; k < ntiles; ++k) {
     const int st = k & 1;
     const bool next_valid = slot >= 0;
     const uint4* next = row_of(slot);
-    slot = slot_of(k + 2);
+    if (kPrefetch) {
+      if (slot2 >= 0) {  // every 128-byte line of the 352-byte row holds one of these 4 bytes
+        const uint8_t* row = p.cache + static_cast<int64_t>(slot2) * kRowBytes;
+        prefetch_l2(row + (h ? 256 : 0));
+        prefetch_l2(row + (h ? kRowBytes - 1 : 128));
+      }
+      slot = slot2;
+      slot2 = slot_of(k + 3);
+    } else {
+      slot = slot_of(k + 2);
+    }
     mbar_wait(base + kOffBar + (2 + st) * 8, ((k >> 1) & 1) ^ 1);  // stage free
     // padding reads nothing and decodes to zeros (P is 0 there, but 0 x NaN would not be)
     decode_row(buf, base + kOffKV + st * kTileBytes, r, h, [&](int i) {
@@ -275,23 +354,26 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 
 // Q [64, 576] bf16 -> fp16 in shared memory, times a power of two that brings max|q| under 2**14
 // (exact for bf16 values within 2**24 of the largest); returns the score scale that undoes it.
+// The raw bf16 goes to its place in shared memory first and is converted there once the maximum
+// is known, so that no thread holds its 18 chunks in registers across the reduction.
 __device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int ct) {
   float* red = reinterpret_cast<float*>(smem + kOffRed);
   const uint16_t* qb = p.q + b * p.stride_qb;
-  uint4 qv[18];
+  const uint32_t q_addr = smem_u32(smem + kOffQ);
   float qmax = 0.f;
 #pragma unroll
   for (int i = 0; i < 18; ++i) {  // 64 rows x 72 chunks of 8 values, 256 threads
     const int id = ct + 256 * i, row = id / 72, cc = id % 72;
-    qv[i] = h0 + row < p.heads
-                ? __ldg(reinterpret_cast<const uint4*>(qb + (h0 + row) * p.stride_qh) + cc)
-                : make_uint4(0, 0, 0, 0);
+    const uint4 v = h0 + row < p.heads
+                        ? __ldg(reinterpret_cast<const uint4*>(qb + (h0 + row) * p.stride_qh) + cc)
+                        : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t x = word(qv[i], j);
+      const uint32_t x = word(v, j);
       qmax = fmaxf(qmax, fmaxf(fabsf(__uint_as_float(x << 16)),
                                fabsf(__uint_as_float(x & 0xFFFF0000u))));
     }
+    st_smem(q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7), v);
   }
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, d));
@@ -302,21 +384,55 @@ __device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int
   int e;
   frexpf(qmax, &e);  // qmax < 2**e
   const float up = ldexpf(1.f, 14 - e);
-  const uint32_t q_addr = smem_u32(smem + kOffQ);
 #pragma unroll
-  for (int i = 0; i < 18; ++i) {
+  for (int i = 0; i < 18; ++i) {  // this thread's own chunks, converted in place
     const int id = ct + 256 * i, row = id / 72, cc = id % 72;
+    const uint32_t addr = q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7);
+    const uint4 qv = ld_smem(addr);
     uint32_t v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t x = word(qv[i], j);
+      const uint32_t x = word(qv, j);
       v[j] = pack_half2(__uint_as_float(x << 16) * up, __uint_as_float(x & 0xFFFF0000u) * up);
     }
-    st_smem(q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7), make_uint4(v[0], v[1], v[2], v[3]));
+    st_smem(addr, make_uint4(v[0], v[1], v[2], v[3]));
   }
   fence_async_smem();
   consumer_sync();  // Q complete; red free again
   return p.qk_scale / up;
+}
+
+// Both consumer layouts end here: this thread's O fragment (heads h0 + r0, h0 + r1; dims
+// 256 w + 8 j + 2 c4 + e) divided by the row sums lt goes to out (one split) or to the split's
+// fp32 partial; the threads of dims 0..255 (w = 0) write the log-sum-exps.
+__device__ __forceinline__ void store_out(const DecodeParams& p, const float (&o)[128],
+                                          const float (&lt)[2], const float (&mt)[2], int b,
+                                          int split, int h0, int r0, int r1, int w, int c4) {
+  const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = h0 + (half ? r1 : r0);
+    if (head >= p.heads) continue;
+    const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
+    const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
+    if (p.nsplit == 1) {  // final output
+      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = v;
+      }
+      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
+    } else {  // this split's normalized partial and its log2-sum-exp
+      float* dst = p.opart + (part + head) * 512 + 256 * w + 2 * c4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) =
+            make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+      if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
+    }
+  }
 }
 
 __device__ void consumer(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
@@ -425,33 +541,189 @@ __device__ void consumer(const DecodeParams& p, uint8_t* smem, int b, int split,
   consumer_sync();
   const float lt[2] = {l0 + red[64 * (1 - w) + r0], l1 + red[64 * (1 - w) + r1]};
   const float mt[2] = {m0, m1};
-  const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int head = h0 + (half ? r1 : r0);
-    if (head >= p.heads) continue;
-    const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
-    const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
-    if (p.nsplit == 1) {  // final output
-      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + 2 * c4;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = v;
-      }
-      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
-    } else {  // this split's normalized partial and its log2-sum-exp
-      float* dst = p.opart + (part + head) * 512 + 256 * w + 2 * c4;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-      if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
-    }
-  }
+  store_out(p, o, lt, mt, b, split, h0, r0, r1, w, c4);
 }
 
+// Variants >= 1, warp group 1: S = Q K^T over the whole tile (m64n64: Q's 2 KB per k-step are read
+// once per tile, not once per group, and the row maxima need no exchange), the online softmax, P to
+// shared memory for group 2 (with each head's rescale factor), then O[:, :256] += P V with P taken
+// from registers (the S accumulator fragment, converted to fp16, is wgmma's A fragment as it is).
+// kEarly: the next tile's Q K^T is issued right behind this tile's P V (waiting for that tile
+// first), so that P V's latency is not on this group's path; the stage goes back once P V is done.
+template <bool kEarly>
+__device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
+                            int ntiles) {
+  const int ct = threadIdx.x - 128;  // 0..127
+  const int lane = ct & 31, c4 = lane & 3;
+  const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two heads
+  const int h0 = hb * kHeads;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t p_addr = base + kOffP, kv_addr = base + kOffKV;
+  const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
+  float* red = reinterpret_cast<float*>(smem + kOffRed);  // [0, 64): rescale, [64, 128): sums
+  const float qk = load_q(p, smem, b, h0, ct);
+  // Descriptors: one per operand base; a k-step adds its byte offset / 16 to the address field
+  // (shared addresses stay below 2**18, so the 14-bit field never carries).
+  const uint64_t dq = desc(base + kOffQ, 16, 1024);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float s[32];
+  float m0 = -kInf, m1 = -kInf, l0 = 0.f, l1 = 0.f;  // running max (log2 units), partial sums
+
+  auto issue_qk64 = [&](int st) {
+    const uint64_t dk = desc(kv_addr + st * kTileBytes, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 36; ++kk) {  // 576 dims, 16 a step: 4 steps per 128-byte row
+      const uint32_t off = ((kk >> 2) * kBlockBytes + (kk & 3) * 32) >> 4;
+      wgmma_qk64(s, dq + off, dk + off, kk > 0);
+    }
+    wgmma_commit();
+  };
+
+  mbar_wait(full, 0);
+  issue_qk64(0);
+  wgmma_wait<0>();
+  for (int k = 0; k < ntiles; ++k) {
+    const int st = k & 1;
+    // S fragment: s[4j + e] = head r0, tile row 8j + 2 c4 + e; s[4j + 2 + e] = head r1, same row.
+    const uint8_t* vf = smem + kOffValid + st * 64 + 2 * c4;
+    float mx0 = -kInf, mx1 = -kInf;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = vf[8 * j + e];
+        s[4 * j + e] = ok ? s[4 * j + e] * qk : -kInf;
+        s[4 * j + 2 + e] = ok ? s[4 * j + 2 + e] * qk : -kInf;
+        mx0 = fmaxf(mx0, s[4 * j + e]);
+        mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
+      }
+    }
+#pragma unroll
+    for (int d = 1; d < 4; d <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float u0 = n0 == -kInf ? 0.f : n0, u1 = n1 == -kInf ? 0.f : n1;  // no -inf - -inf
+    const float a0 = fast_exp2(m0 - u0), a1 = fast_exp2(m1 - u1);
+    m0 = n0;
+    m1 = n1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      s[i] = fast_exp2(s[i] - ((i & 2) ? u1 : u0));
+      if (i & 2) ps1 += s[i]; else ps0 += s[i];
+    }
+    l0 = l0 * a0 + ps0;
+    l1 = l1 * a1 + ps1;
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+    // pa[2j] = head r0, tile rows 8j + 2 c4 (+1); pa[2j + 1] = head r1: for the k-step kt (tile
+    // rows 16 kt ..), pa[4 kt .. 4 kt + 3] is wgmma's A fragment.
+    uint32_t pa[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      pa[2 * j] = pack_half2(s[4 * j], s[4 * j + 1]);
+      pa[2 * j + 1] = pack_half2(s[4 * j + 2], s[4 * j + 3]);
+    }
+    if (k > 0) named_sync(kBarPFree);  // group 2 has read the last tile's P and factors
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // P [64 heads, 64 rows] fp16, K-major, 128-byte swizzle
+      st_smem(p_addr + swz(r0, j) + 4 * c4, pa[2 * j]);
+      st_smem(p_addr + swz(r1, j) + 4 * c4, pa[2 * j + 1]);
+    }
+    if (c4 == 0) {
+      red[r0] = a0;
+      red[r1] = a1;
+    }
+    fence_async_smem();
+    named_arrive(kBarPReady);
+
+    const uint64_t dv = desc(kv_addr + st * kTileBytes, kBlockBytes, 1024);  // dims 0..255
+    wgmma_fence();
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)  // 16 rows a step
+      wgmma_pv_rs(o, pa[4 * kt], pa[4 * kt + 1], pa[4 * kt + 2], pa[4 * kt + 3],
+                  dv + ((kt * 16 * 128) >> 4));
+    wgmma_commit();
+    if (kEarly && k + 1 < ntiles) {
+      mbar_wait(full + 8 * (st ^ 1), ((k + 1) >> 1) & 1);
+      issue_qk64(st ^ 1);
+      wgmma_wait<1>();  // this tile's P V (groups complete in order)
+      if (lane == 0) mbar_arrive(empty + 8 * st);
+      wgmma_wait<0>();
+    } else {
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(empty + 8 * st);
+      if (k + 1 < ntiles) {
+        mbar_wait(full + 8 * (st ^ 1), ((k + 1) >> 1) & 1);
+        issue_qk64(st ^ 1);
+        wgmma_wait<0>();
+      }
+    }
+  }
+
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, d);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, d);
+  }
+  if (c4 == 0) {
+    red[64 + r0] = l0;
+    red[64 + r1] = l1;
+  }
+  consumer_sync();  // the row sums, for group 2
+  const float lt[2] = {l0, l1};
+  const float mt[2] = {m0, m1};
+  store_out(p, o, lt, mt, b, split, h0, r0, r1, 0, c4);
+}
+
+// Variants >= 1, warp group 2: per tile, waits for group 1's P, rescales its O by group 1's
+// factors, then O[:, 256:] += P V with both operands in shared memory.
+__device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
+                            int ntiles) {
+  const int ct = threadIdx.x - 128;  // 128..255
+  const int lane = ct & 31, c4 = lane & 3;
+  const int r0 = 16 * ((ct >> 5) & 3) + (lane >> 2), r1 = r0 + 8;
+  const int h0 = hb * kHeads;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t kv_addr = base + kOffKV;
+  const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
+  const float* red = reinterpret_cast<const float*>(smem + kOffRed);
+  load_q(p, smem, b, h0, ct);
+  const uint64_t dp = desc(base + kOffP, 16, 1024);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  for (int k = 0; k < ntiles; ++k) {
+    const int st = k & 1;
+    named_sync(kBarPReady);
+    mbar_wait(full + 8 * st, (k >> 1) & 1);  // done already (group 1 waited for it)
+    const float a0 = red[r0], a1 = red[r1];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+    const uint64_t dv = desc(kv_addr + st * kTileBytes + 4 * kBlockBytes, kBlockBytes, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma_pv(o, dp + ((32 * kt) >> 4), dv + ((kt * 16 * 128) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty + 8 * st);
+    if (k + 1 < ntiles) named_arrive(kBarPFree);
+  }
+  consumer_sync();  // group 1's row sums
+  const float lt[2] = {red[64 + r0], red[64 + r1]};
+  const float mt[2] = {0.f, 0.f};  // only group 1 (w = 0) writes the log-sum-exps
+  store_out(p, o, lt, mt, b, split, h0, r0, r1, 1, c4);
+}
+
+template <int kVariant>
 __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -468,15 +740,32 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    producer(p, smem, b, t0, t1, ntiles);
-  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVariant == 0 ? kProducerRegs
+                                                                           : kProducerRegs1));
+    producer<(kVariant >= 2)>(p, smem, b, t0, t1, ntiles);
+  } else if (kVariant == 0) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consumer(p, smem, b, split, hb, ntiles);
+  } else if (threadIdx.x < 256) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
+    consumer_qk<(kVariant >= 3)>(p, smem, b, split, hb, ntiles);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
+    consumer_pv(p, smem, b, split, hb, ntiles);
   }
 #else
   __trap();  // built for sm_90a only (wgmma, setmaxnreg)
 #endif
+}
+
+template <int kVariant>
+cudaError_t launch(const DecodeParams& p, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_kernel<kVariant>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid((p.heads + kHeads - 1) / kHeads, p.nsplit, p.batch);
+  decode_kernel<kVariant><<<grid, 384, kSmem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -484,10 +773,11 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
 int sparse_mla_decode_sm90_smem() { return kSmem; }
 
 cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (attr != cudaSuccess) return attr;
-  const dim3 grid((p.heads + kHeads - 1) / kHeads, p.nsplit, p.batch);
-  decode_kernel<<<grid, 384, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  switch (p.variant) {
+    case 0: return launch<0>(p, stream);
+    case 1: return launch<1>(p, stream);
+    case 2: return launch<2>(p, stream);
+    case 3: return launch<3>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }

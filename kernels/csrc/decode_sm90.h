@@ -14,6 +14,7 @@ struct DecodeParams {
   float* lse;             // [B, H], natural log (one split)
   float qk_scale;         // sm_scale * log2(e)
   int heads, topk, split_len, nsplit, batch;
+  int variant;            // consumer layout / producer options (decode_sm90.cu's header)
   int64_t stride_qb, stride_qh, stride_ib, stride_ob, stride_oh;  // in elements
 };
 
