@@ -28,8 +28,12 @@ VARIANTS = {
     1: "group 1: all of S, softmax, P V from registers; group 2: P V from shared memory",
     2: "1 + the producer prefetches the rows of the tile after next into L2",
     3: "2 + group 1 issues the next tile's Q K^T right behind its P V",
+    4: "H <= 16: few-heads kernel (S^T = K Q^T with N = 16 heads, O^T = V^T P^T, one producer and "
+    "one consumer group, two CTAs per SM); more heads: 2",
+    5: "4, with the producer loading the next tile's rows after handing over this one, all at once",
 }
-DEFAULT_VARIANT = 3
+DEFAULT_VARIANT = 4
+FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 
 
 def default_variant() -> int:
@@ -60,12 +64,17 @@ def _ext():
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
-def split_plan(bsz: int, num_heads: int, topk: int, num_splits: int, sms: int) -> tuple[int, int]:
-    """(splits, rows per split): about one CTA per SM unless `num_splits` says otherwise; every
-    split is whole tiles and none is empty."""
+def split_plan(
+    bsz: int, num_heads: int, topk: int, num_splits: int, sms: int, variant: int | None = None
+) -> tuple[int, int]:
+    """(splits, rows per split): about one CTA per SM (two for the few-heads kernel) unless
+    `num_splits` says otherwise; every split is whole tiles and none is empty."""
+    variant = default_variant() if variant is None else variant
+    few = variant in (4, 5) and num_heads <= FEW_HEADS
+    heads_per_cta, per_sm = (FEW_HEADS, 2) if few else (HEADS_PER_CTA, 1)
     tiles = triton.cdiv(topk, TILE)
-    ctas = bsz * triton.cdiv(num_heads, HEADS_PER_CTA)
-    nsplit = min(tiles, num_splits or max(1, round(sms / ctas)))
+    ctas = bsz * triton.cdiv(num_heads, heads_per_cta)
+    nsplit = min(tiles, num_splits or max(1, round(per_sm * sms / ctas)))
     split_len = triton.cdiv(tiles, nsplit) * TILE
     return triton.cdiv(topk, split_len), split_len
 
@@ -89,7 +98,7 @@ def sparse_mla_decode_cuda(
     bsz, num_heads, _ = q.shape
     topk = indices.shape[1]
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    nsplit, split_len = split_plan(bsz, num_heads, topk, num_splits, sms)
+    nsplit, split_len = split_plan(bsz, num_heads, topk, num_splits, sms, variant)
     if out is None:
         out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     if lse is None:

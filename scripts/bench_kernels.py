@@ -390,8 +390,9 @@ def bench_cuda(
     correct one."""
     ref, _ = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, SM_SCALE)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    auto = split_plan(bsz, heads, topk, 0, sms)[0]
-    plans = {split_plan(bsz, heads, topk, n, sms)[0] for n in (auto, max(1, auto // 2), 2 * auto)}
+    auto = split_plan(bsz, heads, topk, 0, sms, variant)[0]
+    tries = (auto, max(1, auto // 2), 2 * auto)
+    plans = {split_plan(bsz, heads, topk, n, sms, variant)[0] for n in tries}
     tried, errs = {}, {}
     for n in sorted(plans):
         fn = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, n, variant=variant)

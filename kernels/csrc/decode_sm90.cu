@@ -39,10 +39,24 @@ constexpr int kConsumerRegs = 208;  // setmaxnreg moves registers within the lau
 // Variants >= 1: producer 104, group 1 240, group 2 160 (104 + 240 + 160 = 504 = 3 x 168); the
 // producer spilled at 88 (ncu: its spill reloads were ~20% of its stall samples with the prefetch).
 constexpr int kProducerRegs1 = 104, kQkRegs = 240, kPvRegs = 160;
+static_assert(kPvRegs <= 168 && kProducerRegs1 <= 168 && kQkRegs >= 168, "inc / dec as written");
 // Named barriers: 0 = __syncthreads, 1 = the 256 consumer threads (Q, epilogue); variants >= 1:
 // 2 = P and its rescale factors written (group 1 arrives, group 2 waits), 3 = P read (the other
 // way round).
 constexpr int kBarPReady = 2, kBarPFree = 3;
+// Few heads (H <= 16, variant 4): one producer and one consumer warp group per CTA, two CTAs per
+// SM, one stage each; Q is [16 heads, 576] (9 blocks of 16 rows x 128 B).
+constexpr int kFewHeads = 16;
+constexpr int kFewQBlock = kFewHeads * 128;
+constexpr int kFOffQ = 0;
+constexpr int kFOffKV = kFOffQ + kDimBlocks * kFewQBlock;  // 18432, 1024-aligned: one stage
+constexpr int kFOffPT = kFOffKV + kTileBytes;              // P^T [16 heads, 64 rows] fp16
+constexpr int kFOffRed = kFOffPT + kFewQBlock;  // float [4 warps][16]: maxima; [4][16]: sums; [4]
+constexpr int kFOffValid = kFOffRed + 1024;     // uint8 [64]: row valid
+constexpr int kFOffBar = kFOffValid + 64;       // mbarriers: full, empty
+constexpr int kFSmem = kFOffBar + 2 * 8 + 1024;  // ~94 KB: two CTAs per SM
+constexpr int kFProducerRegs = 104, kFConsumerRegs = 152;  // 104 + 152 = 256 = 2 x 128
+constexpr int kOStride = 516;  // epilogue: O^T / l staged as fp32 [16][516] (no bank conflicts)
 constexpr float kInf = __builtin_huge_valf();
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -77,6 +91,9 @@ __device__ __forceinline__ void fence_async_smem() {
 }
 __device__ __forceinline__ void consumer_sync() {  // the 256 consumer threads only
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void group_sync() {  // the consumer warp group of the few-heads kernel
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
 }
 __device__ __forceinline__ void named_sync(int id) {  // waits; 256 threads (both consumer groups)
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
@@ -191,11 +208,35 @@ __device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
+// D[64, 16] (+)= A[64, 16] B[16, 16]^T from shared memory; B K-major; A K-major (kTransA = 0) or
+// MN-major (1). The few-heads kernel: S^T = K Q^T (A = the tile's rows) and O^T += V^T P^T (A = the
+// tile read MN-major, as V is read in P V above).
+template <int kTransA>
+__device__ __forceinline__ void wgmma_n16(float (&d)[8], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+      : WG_D8(0)
+      : "l"(da), "l"(db), "r"(acc), "n"(kTransA));
+}
+
 __device__ __forceinline__ uint4 ld_nc(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+  return v;
+}
+// 16 bytes from global memory if `pred`, else zeros: one asm, so that no select follows the load.
+__device__ __forceinline__ uint4 ld_nc_or_zero(const uint4* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n"
+      "mov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
+      "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "=&r"(v.x), "=&r"(v.y), "=&r"(v.z), "=&r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
   return v;
 }
 __device__ __forceinline__ void st_smem(uint32_t addr, uint4 v) {
@@ -208,6 +249,9 @@ __device__ __forceinline__ uint4 ld_smem(uint32_t addr) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "r"(addr));
   return v;
+}
+__device__ __forceinline__ void st_smem_u16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v));
 }
 __device__ __forceinline__ void st_smem(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v));
@@ -290,7 +334,15 @@ __device__ __forceinline__ void decode_row(uint4 (&buf)[11], uint32_t tile, int 
 // while tile k - 1 is decoded, and tile k + 1's row chunks while tile k is. kPrefetch: the rows of
 // tile k + 2 are also prefetched into L2 before waiting for a free stage (slots 3 tiles ahead), so
 // that the loads of tile k + 1 issued during this decode find them there.
-template <bool kPrefetch>
+// kStages stages of kTileBytes at kKV, valid flags [kStages][64] at kValid, mbarriers full[kStages]
+// then empty[kStages] at kBar.
+// kLate (variant 5): the next tile's 11 chunks are loaded after this tile's arrive, all at once and
+// predicated (zero when padding) instead of one by one inside the decode: the ncu of variant 4
+// showed ptxas sinking the in-decode loads to the end of the decode, where the release fence
+// before the arrive (MEMBAR) and the copies into the loop's registers waited for them, so that a
+// whole memory latency was on the producer's path every tile.
+template <bool kPrefetch, int kStages = 2, int kKV = kOffKV, int kValid = kOffValid,
+          int kBar = kOffBar, bool kLate = false>
 __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1, int ntiles) {
   const int tid = threadIdx.x, r = tid >> 1, h = tid & 1;
   const uint32_t base = smem_u32(smem);
@@ -307,11 +359,13 @@ __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, in
   bool valid = slot >= 0;
   const uint4* src = row_of(slot);
 #pragma unroll
-  for (int i = 0; i < 11; ++i) buf[i] = valid ? ld_nc(src + 2 * i) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < 11; ++i)
+    buf[i] = kLate ? ld_nc_or_zero(src + 2 * i, valid)
+                   : valid ? ld_nc(src + 2 * i) : make_uint4(0, 0, 0, 0);
   slot = slot_of(1);
   int slot2 = kPrefetch ? slot_of(2) : -1;
   for (int k = 0; k < ntiles; ++k) {
-    const int st = k & 1;
+    const int st = k % kStages, phase = (k / kStages) & 1;
     const bool next_valid = slot >= 0;
     const uint4* next = row_of(slot);
     if (kPrefetch) {
@@ -325,14 +379,21 @@ __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, in
     } else {
       slot = slot_of(k + 2);
     }
-    mbar_wait(base + kOffBar + (2 + st) * 8, ((k >> 1) & 1) ^ 1);  // stage free
+    mbar_wait(base + kBar + (kStages + st) * 8, phase ^ 1);  // stage free
     // padding reads nothing and decodes to zeros (P is 0 there, but 0 x NaN would not be)
-    decode_row(buf, base + kOffKV + st * kTileBytes, r, h, [&](int i) {
-      buf[i] = next_valid ? ld_nc(next + 2 * i) : make_uint4(0, 0, 0, 0);
+    decode_row(buf, base + kKV + st * kTileBytes, r, h, [&](int i) {
+      if (!kLate) buf[i] = next_valid ? ld_nc(next + 2 * i) : make_uint4(0, 0, 0, 0);
     });
-    if (h == 0) smem[kOffValid + st * 64 + r] = valid;
+    if (h == 0) smem[kValid + st * 64 + r] = valid;
     fence_async_smem();
-    mbar_arrive(base + kOffBar + st * 8);
+    mbar_arrive(base + kBar + st * 8);
+    if (kLate) {
+      // The arrive's release (a MEMBAR) lets later loads move above it, where it would wait for
+      // them (ptxas hoisted them there): an acquire fence keeps them below.
+      asm volatile("fence.acq_rel.cta;\n" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < 11; ++i) buf[i] = ld_nc_or_zero(next + 2 * i, next_valid);
+    }
     valid = next_valid;
   }
 }
@@ -723,6 +784,253 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
   store_out(p, o, lt, mt, b, split, h0, r0, r1, 1, c4);
 }
 
+// ---- Few heads (H <= 16, variant 4) ----
+// Q [H <= 16, 576] -> fp16 x 2**k in shared memory (as load_q, by the one consumer group; rows
+// H..15 zero); returns the score scale.
+__device__ float load_q_few(const DecodeParams& p, uint8_t* smem, int b, int ct) {
+  float* red = reinterpret_cast<float*>(smem + kFOffRed) + 128;
+  const uint16_t* qb = p.q + b * p.stride_qb;
+  const uint32_t q_addr = smem_u32(smem + kFOffQ);
+  float qmax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {  // 16 rows x 72 chunks of 8 values, 128 threads
+    const int id = ct + 128 * i, row = id / 72, cc = id % 72;
+    const uint4 v = row < p.heads
+                        ? __ldg(reinterpret_cast<const uint4*>(qb + row * p.stride_qh) + cc)
+                        : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t x = word(v, j);
+      qmax = fmaxf(qmax, fmaxf(fabsf(__uint_as_float(x << 16)),
+                               fabsf(__uint_as_float(x & 0xFFFF0000u))));
+    }
+    st_smem(q_addr + (cc >> 3) * kFewQBlock + swz(row, cc & 7), v);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, d));
+  if ((ct & 31) == 0) red[ct >> 5] = qmax;
+  group_sync();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, red[i]);
+  int e;
+  frexpf(qmax, &e);
+  const float up = ldexpf(1.f, 14 - e);
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    const int id = ct + 128 * i, row = id / 72, cc = id % 72;
+    const uint32_t addr = q_addr + (cc >> 3) * kFewQBlock + swz(row, cc & 7);
+    const uint4 qv = ld_smem(addr);
+    uint32_t v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t x = word(qv, j);
+      v[j] = pack_half2(__uint_as_float(x << 16) * up, __uint_as_float(x & 0xFFFF0000u) * up);
+    }
+    st_smem(addr, make_uint4(v[0], v[1], v[2], v[3]));
+  }
+  fence_async_smem();
+  group_sync();
+  return p.qk_scale / up;
+}
+
+// The few-heads consumer: per tile S^T = K Q^T (M = the tile's 64 rows, N = 16 heads: no padding
+// to 64 heads), the softmax down the rows (maxima over the 4 warps through shared memory), P^T to
+// shared memory, then O^T[512, 16] += V^T P^T (8 blocks of 64 dims); O^T is 64 registers.
+// Fragments: s[4j + e] = tile row r0 = 16 warp + g, head 8j + 2 c4 + e; s[4j + 2 + e] = row r0 + 8;
+// o[mb][...] the same with dims 64 mb + r0 (+ 8) for rows.
+__device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
+  const int ct = threadIdx.x - 128;  // 0..127
+  const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
+  const int rr0 = 16 * wq + g, rr1 = rr0 + 8;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full = base + kFOffBar, empty = base + kFOffBar + 8;
+  float* redm = reinterpret_cast<float*>(smem + kFOffRed);  // [4][16] maxima
+  float* reds = redm + 64;                                   // [4][16] sums
+  const float qk = load_q_few(p, smem, b, ct);
+  const uint64_t dq = desc(base + kFOffQ, 16, 1024);                  // B: Q, K-major
+  const uint64_t dk = desc(base + kFOffKV, 16, 1024);                 // A: K, K-major
+  const uint64_t dv = desc(base + kFOffKV, kBlockBytes, 1024);        // A: V^T, MN-major
+  const uint64_t dpt = desc(base + kFOffPT, 16, 1024);                // B: P^T, K-major
+
+  float o[8][8];
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[mb][i] = 0.f;
+  float s[8];
+  float m[4], l[4];  // per head 8 j + 2 c4 + e (index 2 j + e): running max, this thread's sum
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -kInf;
+    l[i] = 0.f;
+  }
+  for (int k = 0; k < ntiles; ++k) {
+    mbar_wait(full, k & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 36; ++kk) {
+      const uint32_t ok = ((kk >> 2) * kBlockBytes + (kk & 3) * 32) >> 4;
+      const uint32_t oq = ((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4;
+      wgmma_n16<0>(s, dk + ok, dq + oq, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    const bool ok0 = smem[kFOffValid + rr0], ok1 = smem[kFOffValid + rr1];
+    float mx[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[4 * j + e] = ok0 ? s[4 * j + e] * qk : -kInf;
+        s[4 * j + 2 + e] = ok1 ? s[4 * j + 2 + e] * qk : -kInf;
+        mx[2 * j + e] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+      }
+    }
+#pragma unroll
+    for (int d = 4; d < 32; d <<= 1)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], d));
+    if (g == 0) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) redm[16 * wq + 8 * j + 2 * c4 + e] = mx[2 * j + e];
+    }
+    group_sync();  // every warp's maxima (and the last tile's P^T reads are done)
+    float u[4], a[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+        const float t = fmaxf(fmaxf(redm[hh], redm[16 + hh]), fmaxf(redm[32 + hh], redm[48 + hh]));
+        const float n = fmaxf(m[i], t);
+        u[i] = n == -kInf ? 0.f : n;  // no -inf - -inf
+        a[i] = fast_exp2(m[i] - u[i]);
+        m[i] = n;
+        const float p0 = fast_exp2(s[4 * j + e] - u[i]), p1 = fast_exp2(s[4 * j + 2 + e] - u[i]);
+        s[4 * j + e] = p0;
+        s[4 * j + 2 + e] = p1;
+        l[i] = l[i] * a[i] + (p0 + p1);
+      }
+    }
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          o[mb][4 * j + e] *= a[2 * j + e];
+          o[mb][4 * j + 2 + e] *= a[2 * j + e];
+        }
+    const uint32_t pt = base + kFOffPT;  // P^T [16 heads, 64 rows] fp16, K-major, swizzled
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hh = 8 * j + 2 * c4 + e;
+        st_smem_u16(pt + swz(hh, rr0 >> 3) + (rr0 & 7) * 2, __half_as_ushort(__float2half_rn(s[4 * j + e])));
+        st_smem_u16(pt + swz(hh, rr1 >> 3) + (rr1 & 7) * 2,
+                    __half_as_ushort(__float2half_rn(s[4 * j + 2 + e])));
+      }
+    }
+    fence_async_smem();
+    group_sync();  // P^T complete
+    wgmma_fence();
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+      for (int kt = 0; kt < 4; ++kt)  // 16 rows a step: 2 KB into each 64-dim block
+        wgmma_n16<1>(o[mb], dv + ((mb * kBlockBytes + kt * 16 * 128) >> 4), dpt + ((32 * kt) >> 4),
+                     1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty);
+  }
+
+  // Sums over the rows: the 8 lanes of a column, then the 4 warps.
+#pragma unroll
+  for (int d = 4; d < 32; d <<= 1)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], d);
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) reds[16 * wq + 8 * j + 2 * c4 + e] = l[2 * j + e];
+  }
+  group_sync();
+  float inv[4];
+  const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+      const float lt = reds[hh] + reds[16 + hh] + reds[32 + hh] + reds[48 + hh];
+      inv[i] = lt > 0.f ? 1.f / lt : 0.f;
+      if (wq == 0 && g == 0 && hh < p.heads) {
+        const float lse2 = lt > 0.f ? m[i] + log2f(lt) : -kInf;
+        if (p.nsplit == 1) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
+        else p.lpart[part + hh] = lse2;
+      }
+    }
+  }
+  // O^T / l as fp32 [16 heads][kOStride] in the stage (free: the last P V is done, and the
+  // producer wrote its last tile before that), then stored row by row, coalesced.
+  float* ost = reinterpret_cast<float*>(smem + kFOffKV);
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hh = 8 * j + 2 * c4 + e;
+        ost[hh * kOStride + 64 * mb + rr0] = o[mb][4 * j + e] * inv[2 * j + e];
+        ost[hh * kOStride + 64 * mb + rr1] = o[mb][4 * j + 2 + e] * inv[2 * j + e];
+      }
+  group_sync();
+#pragma unroll 4
+  for (int i = 0; i < 16; ++i) {  // 16 heads x 128 chunks of 4 dims
+    const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
+    if (hh >= p.heads) continue;
+    const float4 v = *reinterpret_cast<const float4*>(ost + hh * kOStride + 4 * c);
+    if (p.nsplit == 1) {
+      uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 4 * c;
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(v.z, v.w);
+    } else {
+      *reinterpret_cast<float4*>(p.opart + (part + hh) * 512 + 4 * c) = v;
+    }
+  }
+}
+
+template <bool kLate>
+__global__ void __launch_bounds__(256, 2) decode_few_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // swizzle atoms
+  const int split = blockIdx.y, b = blockIdx.z;
+  const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
+  const int ntiles = (t1 - t0 + kTile - 1) / kTile;
+  const uint32_t bar = smem_u32(smem + kFOffBar);
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 128);    // full: every producer thread arrives
+    mbar_init(bar + 8, 4);  // empty: every consumer warp
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kFProducerRegs));
+    producer<true, 1, kFOffKV, kFOffValid, kFOffBar, kLate>(p, smem, b, t0, t1, ntiles);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFConsumerRegs));
+    consumer_few(p, smem, b, split, ntiles);
+  }
+#else
+  __trap();
+#endif
+}
+
 template <int kVariant>
 __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -742,20 +1050,39 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVariant == 0 ? kProducerRegs
                                                                            : kProducerRegs1));
-    producer<(kVariant >= 2)>(p, smem, b, t0, t1, ntiles);
+    producer<(kVariant >= 2), 2, kOffKV, kOffValid, kOffBar, (kVariant == 5)>(p, smem, b, t0, t1,
+                                                                             ntiles);
   } else if (kVariant == 0) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consumer(p, smem, b, split, hb, ntiles);
   } else if (threadIdx.x < 256) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
-    consumer_qk<(kVariant >= 3)>(p, smem, b, split, hb, ntiles);
+    consumer_qk<(kVariant == 3)>(p, smem, b, split, hb, ntiles);
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
+    // 160 < the launch's 168: .dec (an .inc below the current count is an illegal instruction,
+    // seen on the H200)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
     consumer_pv(p, smem, b, split, hb, ntiles);
   }
 #else
   __trap();  // built for sm_90a only (wgmma, setmaxnreg)
 #endif
+}
+
+template <bool kLate>
+cudaError_t launch_few(const DecodeParams& p, cudaStream_t stream) {
+  static const cudaError_t attr = [] {
+    const cudaError_t e = cudaFuncSetAttribute(
+        decode_few_kernel<kLate>, cudaFuncAttributeMaxDynamicSharedMemorySize, kFSmem);
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(decode_few_kernel<kLate>,
+                                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   100);  // room for two CTAs per SM
+  }();
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(1, p.nsplit, p.batch);
+  decode_few_kernel<kLate><<<grid, 256, kFSmem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 template <int kVariant>
@@ -778,6 +1105,8 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 1: return launch<1>(p, stream);
     case 2: return launch<2>(p, stream);
     case 3: return launch<3>(p, stream);
+    case 4: return p.heads <= kFewHeads ? launch_few<false>(p, stream) : launch<2>(p, stream);
+    case 5: return p.heads <= kFewHeads ? launch_few<true>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

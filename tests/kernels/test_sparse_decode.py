@@ -195,20 +195,21 @@ def test_cuda_matches_reference_small(
 @pytest.mark.gpu
 @sm90
 @variants
-def test_cuda_one_slot_returns_its_row(variant: int, gen: torch.Generator) -> None:
+@pytest.mark.parametrize("heads", [64, 16])
+def test_cuda_one_slot_returns_its_row(variant: int, heads: int, gen: torch.Generator) -> None:
     # One valid slot per query: softmax is exactly 1, so out must be that row's dequantized
     # latent bit for bit (exact in bf16) in every head: checks the decoder and the V layout alone.
     from kernels.kv_formats import dequantize_rows
 
     dev, pool, topk = gen.device, 4096, 192
     rows = quantize_rows(heavy_tailed((pool, KV_DIM), gen), KVFormat.NVFP4)
-    q = heavy_tailed((4, 64, KV_DIM), gen)
+    q = heavy_tailed((4, heads, KV_DIM), gen)
     idx = torch.full((4, topk), -1, dtype=torch.int32, device=dev)
     slots = torch.randint(0, pool, (4,), generator=gen, device=dev, dtype=torch.int32)
     idx[torch.arange(4), torch.tensor([0, 63, 64, 191])] = slots
     out, lse = _cuda(1, variant)(q, rows.view(pool // 16, 16, -1), idx, 0.1)
     want = dequantize_rows(rows[slots.long()], KVFormat.NVFP4)
-    assert torch.equal(out.float(), want[:, None, :512].expand(-1, 64, -1))
+    assert torch.equal(out.float(), want[:, None, :512].expand(-1, heads, -1))
     scores = (q.float() @ want[:, :, None]).squeeze(-1) * 0.1
     torch.testing.assert_close(lse, scores, rtol=1e-3, atol=1e-2)
 
