@@ -14,9 +14,6 @@ module decides what to sample and reads the answer. Tool calls are constrained o
 
 from __future__ import annotations
 
-import functools
-import json
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,14 +21,13 @@ from serving import (
     MARKUP_TOKENS,
     CallTooLong,
     Endpoint,
+    FrontDoor,
     Generation,
     Sampling,
-    ToolCallGrammar,
-    build_grammar,
-    chat_renderer,
+    ToolCallSampler,
     check_call,
-    open_front_door,
     parse_glm,
+    tool_choice,
 )
 
 CONSTRAINTS = ("project", "stock")
@@ -84,14 +80,6 @@ class Completion:
         return msg
 
 
-@functools.lru_cache(maxsize=256)
-def _grammar(tools_json: str, choice_json: str, parallel: bool, thinking: bool,
-             max_tokens: int, ids_json: str) -> ToolCallGrammar | None:
-    """Built once per tool set and budget; the server caches its compiled form by the same key."""
-    return build_grammar(json.loads(tools_json), json.loads(choice_json), parallel, thinking,
-                         max_tokens, json.loads(ids_json))
-
-
 def check_sampling(endpoint: Endpoint, sampling: SamplingConfig) -> None:
     """ValueError if the served model cannot be sampled this way; cheap, so that a job refuses
     before any actor loads a tokenizer."""
@@ -104,31 +92,22 @@ def check_sampling(endpoint: Endpoint, sampling: SamplingConfig) -> None:
 
 
 class ModelClient:
-    def __init__(self, endpoint: Endpoint, sampling: SamplingConfig) -> None:
+    def __init__(self, endpoint: Endpoint, sampling: SamplingConfig,
+                 door: FrontDoor | None = None) -> None:
+        """`door`: the front door to send through (default: the endpoint's own)."""
         check_sampling(endpoint, sampling)
         self.endpoint = endpoint
         self.sampling = sampling
-        self.door = open_front_door(endpoint)
-        self.renderer = chat_renderer(endpoint.model_dir, endpoint.enable_thinking)
+        self.sampler = ToolCallSampler(endpoint, door)
+        self.door = self.sampler.door
+        self.renderer = self.sampler.renderer
 
     @property
     def token_in(self) -> bool:
         return self.sampling.constraint == "project"
 
     def tool_choice(self) -> Any:
-        choice = self.sampling.tool_choice
-        if choice in ("auto", "required", "none"):
-            return choice
-        return {"type": "function", "function": {"name": choice}}
-
-    def grammar(self, tools: list[dict], max_tokens: int) -> ToolCallGrammar | None:
-        """The project's constraint for this turn; CallBudgetExhausted if no call fits."""
-        try:
-            return _grammar(json.dumps(tools), json.dumps(self.tool_choice()),
-                            self.sampling.parallel_tool_calls, self.endpoint.enable_thinking,
-                            max_tokens, json.dumps(self.endpoint.markup_token_ids, sort_keys=True))
-        except CallTooLong as exc:
-            raise CallBudgetExhausted(str(exc)) from None
+        return tool_choice(self.sampling.tool_choice)
 
     def sampling_for(self, max_tokens: int, seed: int) -> Sampling:
         return Sampling(max_tokens, self.sampling.temperature, self.sampling.top_p, seed)
@@ -139,15 +118,15 @@ class ModelClient:
         sampling = self.sampling_for(max_tokens, seed)
         if not self.token_in:
             return await self._stock(messages, tools, sampling, session_id)
-        grammar = self.grammar(tools, max_tokens) if tools else None
-        gen = await self.door.generate(prompt_ids, sampling, grammar, session_id)
-        parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
-                           self.endpoint.enable_thinking)
-        calls = [Call(f"call_{uuid.uuid4().hex[:16]}", c.name, json.dumps(c.arguments), c.issues)
-                 for c in parsed.calls]
-        constraint = grammar.description if grammar else "none"
-        return Completion(gen, sampling, constraint, parsed.content, parsed.reasoning, calls,
-                          parsed.issues)
+        try:
+            turn = await self.sampler.sample(prompt_ids, tools, self.tool_choice(),
+                                             self.sampling.parallel_tool_calls, sampling,
+                                             session_id)
+        except CallTooLong as exc:  # a call that could not finish is never started
+            raise CallBudgetExhausted(str(exc)) from None
+        calls = [Call(c.id, c.name, c.arguments_json, c.issues) for c in turn.calls]
+        return Completion(turn.generation, sampling, turn.constraint, turn.parsed.content,
+                          turn.parsed.reasoning, calls, turn.parsed.issues)
 
     async def _stock(self, messages: list[dict], tools: list[dict], sampling: Sampling,
                      session_id: str) -> Completion:

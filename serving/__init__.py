@@ -1,7 +1,7 @@
 """Serving: engines, the front door, routing, KV tiers and model folders. Knows nothing of tasks."""
 
 from serving.chat import ChatRenderer, TemplateError, chat_renderer
-from serving.cluster import Cluster, resolve_model_dir
+from serving.cluster import Cluster
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint
 from serving.frontdoor import (
@@ -14,6 +14,8 @@ from serving.frontdoor import (
     open_front_door,
 )
 from serving.metrics import KvState, MetricsError, engine_urls, kv_state, prefix_hits
+from serving.model_dir import resolve_model_dir
+from serving.tool_turn import SampledCall, ToolCallSampler, ToolTurn, tool_choice
 from serving.toolcall import (
     ISSUE_KINDS,
     MARKUP_TOKENS,
@@ -32,4 +34,5 @@ __all__ = [
     "PromptTooLong", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
     "TemplateError", "ToolCallGrammar", "build_grammar", "chat_renderer", "check_call",
     "open_front_door", "parse_glm", "prefix_hits", "resolve_model_dir",
+    "SampledCall", "ToolCallSampler", "ToolTurn", "tool_choice",
 ]

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from tokenizers import Tokenizer
 
 from serving.config import MODES, ModelConfig, ServingConfig, ServingError
 from serving.dynamo.frontend import DynamoFrontend
@@ -24,41 +23,10 @@ from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import Endpoint
 from serving.kvtier import MooncakeTier, kv_transfer_config
 from serving.metrics import MetricsError, kv_state
-from serving.tiny_model import ensure_tiny_glm
-from serving.toolcall import SPECIAL_TOKENS
+from serving.model_dir import resolve_model_dir, tokenizer_markup_ids
 from serving.vllm_engine import VllmEngine
 
 log = logging.getLogger(__name__)
-
-
-def resolve_model_dir(model: ModelConfig, cache_dir: Path) -> Path:
-    """The model folder to serve: the configured path, or the generated tiny GLM model."""
-    if model.path is None:
-        return ensure_tiny_glm(cache_dir / "models")
-    path = Path(model.path).expanduser()
-    if not path.is_dir():
-        raise ServingError(f"model path {path} does not exist (model.path); "
-                           "point it at a local model folder, or null for the tiny GLM model")
-    if not (path / "config.json").is_file():
-        raise ServingError(f"model path {path} has no config.json; is it a model folder?")
-    return path
-
-
-def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
-    """Each tool-call markup string that the model's tokenizer makes into exactly one token ->
-    that token. Markup that is not one token is left out: the project's tool-call grammar then
-    refuses to build, with the missing markup named."""
-    path = model_dir / "tokenizer.json"
-    if not path.is_file():
-        raise ServingError(f"model folder {model_dir} has no tokenizer.json: token-in sessions "
-                           "render prompts with the model's own tokenizer")
-    tok = Tokenizer.from_file(str(path))
-    ids: dict[str, int] = {}
-    for text in SPECIAL_TOKENS:
-        tokens = tok.encode(text, add_special_tokens=False).ids
-        if len(tokens) == 1:
-            ids[text] = tokens[0]
-    return ids
 
 
 def worker_roles(serving: ServingConfig) -> list[tuple[str, str]]:
@@ -109,8 +77,10 @@ class Cluster:
             raise ServingError(f"unknown serving.mode {serving.mode!r}; expected one of {MODES}")
         self.serving = serving
         self.model = model
-        self.run_dir = run_dir
-        self.cache_dir = cache_dir
+        # absolute, so that every process started (cwd or HOME elsewhere) finds the same files
+        self.run_dir = run_dir.absolute()
+        self.cache_dir = cache_dir.absolute()
+        self.markup_ids: dict[str, int] = {}
         self.engines: list[VllmEngine] = []
         self.plane: ControlPlane | None = None
         self.workers: list[DynamoWorker] = []
@@ -133,6 +103,7 @@ class Cluster:
 
     def _start(self) -> Endpoint:
         model_dir = resolve_model_dir(self.model, self.cache_dir)
+        self.markup_ids = tokenizer_markup_ids(model_dir)
         if self.serving.mode == "external":
             return self._external(model_dir)
         self._start_kv_tier()
@@ -170,7 +141,7 @@ class Cluster:
                         max_model_len=self.model.max_model_len,
                         request_timeout_s=self.serving.request_timeout_s,
                         logprobs_mode=self.serving.logprobs,
-                        markup_token_ids=tokenizer_markup_ids(model_dir), **facts)
+                        markup_token_ids=self.markup_ids, **facts)
 
     def _dynamo(self, model_dir: Path) -> Endpoint:
         """Control plane, then the workers (in parallel), then the frontend(s); warm up."""

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import httpx
 from serving.config import ServingError
 
 _PR_SET_PDEATHSIG = 1
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the color codes Dynamo's logs carry
 
 
 def _die_with_parent() -> None:
@@ -34,9 +36,13 @@ class ManagedProcess:
     """A server process with its output in a log file; `stop()` ends its whole process group."""
 
     def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                 cwd: Path | None = None) -> None:
+                 cwd: Path | None = None, fatal: Sequence[str] = ()) -> None:
+        """`fatal`: patterns of log lines that say the process will never serve, although it
+        keeps running (a frontend retrying a model it cannot load, say)."""
         self.name = name
         self.log_path = log_path
+        self.fatal = [re.compile(p) for p in fatal]
+        self._scanned = 0  # bytes of the log read for fatal lines
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
@@ -58,9 +64,27 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def fatal_line(self) -> str | None:
+        """The first log line (since the last look) that matches a fatal pattern."""
+        if not self.fatal:
+            return None
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._scanned)
+                data = f.read()
+        except OSError:
+            return None
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self._scanned += end
+        for line in data[:end].decode(errors="replace").splitlines():
+            line = _ANSI.sub("", line).strip()
+            if any(p.search(line) for p in self.fatal):
+                return line
+        return None
+
     def last_error(self) -> str:
         """The last line of the log that names an error, for one-line reports."""
-        lines = self.log_tail(200).splitlines()
+        lines = _ANSI.sub("", self.log_tail(200)).splitlines()
         for line in reversed(lines):
             if "Error" in line or "error:" in line:
                 return line.strip()
@@ -129,6 +153,9 @@ def wait_serving(process: ManagedProcess, what: str, ready: Callable[[httpx.Clie
                 raise ServingError(f"{what} exited during start-up (code "
                                    f"{process.proc.returncode}): {process.last_error()} "
                                    f"[log: {process.log_path}]")
+            fatal = process.fatal_line()
+            if fatal is not None:
+                raise ServingError(f"{what} cannot start: {fatal} [log: {process.log_path}]")
             try:
                 if ready(http):
                     return

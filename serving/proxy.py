@@ -21,15 +21,12 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from serving.chat import chat_renderer
 from serving.endpoint import Endpoint
-from serving.frontdoor import PromptTooLong, Sampling, ServerUnavailable, open_front_door
-from serving.toolcall import MARKUP_TOKENS, CallTooLong, UnboundedToolError, build_grammar
-from serving.toolcall.grammar import DEFAULT_MAX_STRING
-from serving.toolcall.parser import parse_glm
+from serving.frontdoor import PromptTooLong, Sampling, ServerUnavailable
+from serving.tool_turn import ToolCallSampler
+from serving.toolcall import CallTooLong, UnsupportedSchema
 
 DEFAULT_MAX_TOKENS = 4096
-MIN_STRING = 16  # shortest bound given to an unbounded string argument before refusing
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -40,10 +37,8 @@ def _error(status: int, message: str) -> web.Response:
 class ToolCallProxy:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self.door = open_front_door(endpoint)
-        self.renderer = chat_renderer(endpoint.model_dir, endpoint.enable_thinking)
+        self.sampler = ToolCallSampler(endpoint)
         self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s)
-        self.grammar_ok = all(m in endpoint.markup_token_ids for m in MARKUP_TOKENS)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -56,7 +51,7 @@ class ToolCallProxy:
 
     async def _close(self, _app: web.Application) -> None:
         await self.http.aclose()
-        await self.door.aclose()
+        await self.sampler.door.aclose()
 
     async def health(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "model": self.endpoint.model})
@@ -93,11 +88,11 @@ class ToolCallProxy:
         except json.JSONDecodeError as exc:
             return _error(400, f"the body is not JSON: {exc}")
         tools = body.get("tools") or []
-        if not tools or body.get("tool_choice") == "none" or not self.grammar_ok:
+        if not tools or body.get("tool_choice") == "none" or not self.sampler.constrainable:
             return await self._relay(request, raw)
         try:
             answer = await self._constrained(body, tools)
-        except (CallTooLong, UnboundedToolError, ValueError) as exc:
+        except (CallTooLong, UnsupportedSchema, ValueError) as exc:
             return _error(400, str(exc))
         except PromptTooLong as exc:
             return _error(400, f"the conversation does not fit the context window: {exc}")
@@ -112,41 +107,23 @@ class ToolCallProxy:
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens")
                          or DEFAULT_MAX_TOKENS)
         parallel = bool(body.get("parallel_tool_calls", False))
-        grammar = self._grammar(tools, choice, parallel, max_tokens)
-        prompt = self.renderer.prompt_ids([_for_template(m) for m in body["messages"]], tools)
+        prompt = self.sampler.renderer.prompt_ids([_for_template(m) for m in body["messages"]],
+                                                  tools)
         sampling = Sampling(max_tokens, float(body.get("temperature", 1.0)),
                             float(body.get("top_p", 1.0)), body.get("seed"))
-        gen = await self.door.generate(prompt, sampling, grammar, session_id="")
-        parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
-                           self.endpoint.enable_thinking)
-        calls = [{"id": f"call_{uuid.uuid4().hex[:16]}", "type": "function",
-                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                 for c in parsed.calls]
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
-        if calls:
-            message["tool_calls"] = calls
-        if parsed.reasoning:
-            message["reasoning_content"] = parsed.reasoning
-        finish = "tool_calls" if calls else gen.finish_reason or "stop"
+        turn = await self.sampler.sample(prompt, tools, choice, parallel, sampling, "")
+        message: dict[str, Any] = {"role": "assistant", "content": turn.parsed.content or None}
+        if turn.calls:
+            message["tool_calls"] = [c.openai() for c in turn.calls]
+        if turn.parsed.reasoning:
+            message["reasoning_content"] = turn.parsed.reasoning
+        finish = "tool_calls" if turn.calls else turn.generation.finish_reason or "stop"
+        n_out = len(turn.generation.token_ids)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                 "created": int(time.time()), "model": self.endpoint.model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen.token_ids),
-                          "total_tokens": len(prompt) + len(gen.token_ids)}}
-
-    def _grammar(self, tools: list[dict], choice: Any, parallel: bool, max_tokens: int):
-        """The project's grammar; string arguments that declare no maxLength get the longest
-        bound that still lets a whole call fit `max_tokens` (a call is never cut in half)."""
-        limit: int | None = None
-        while True:
-            try:
-                return build_grammar(_bounded(tools, limit), choice, parallel,
-                                     self.endpoint.enable_thinking, max_tokens,
-                                     self.endpoint.markup_token_ids)
-            except CallTooLong:
-                limit = (limit or DEFAULT_MAX_STRING) // 2
-                if limit < MIN_STRING:
-                    raise
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": n_out,
+                          "total_tokens": len(prompt) + n_out}}
 
     async def _stream(self, request: web.Request, answer: dict[str, Any]) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -186,17 +163,3 @@ def _for_template(message: dict[str, Any]) -> dict[str, Any]:
         fixed.append({**call, "function": fn})
     return {**message, "tool_calls": fixed}
 
-
-def _bounded(tools: list[dict], limit: int | None) -> list[dict]:
-    """`tools` with `maxLength: limit` on every string argument that has none."""
-    if limit is None:
-        return tools
-    out = []
-    for tool in tools:
-        fn = tool["function"]
-        params = fn.get("parameters") or {}
-        props = {k: ({**v, "maxLength": limit} if v.get("type") == "string"
-                     and "maxLength" not in v and "enum" not in v else v)
-                 for k, v in (params.get("properties") or {}).items()}
-        out.append({**tool, "function": {**fn, "parameters": {**params, "properties": props}}})
-    return out

@@ -57,23 +57,24 @@ def serve(argv: list[str]) -> int:
         print(f"error: port {front.port} on {front.host} is already in use; "
               "set serve.port", file=sys.stderr)
         return 2
-    run_dir = Path(cfg.run_dir)
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else CONF.parent / ".cache"
+    run_dir = Path(cfg.run_dir).absolute()  # relative paths: from where the command starts
+    cache = Path(cfg.cache_dir).absolute() if cfg.cache_dir else CONF.parent / ".cache"
     signal.signal(signal.SIGTERM, _interrupt)  # unwinds like Ctrl-C: everything is stopped
     try:
         with Cluster(serving, model, run_dir, cache) as endpoint:
             app = ToolCallProxy(endpoint).app()
             print(f"serving {endpoint.model} at http://{front.host}:{front.port}/v1 "
                   f"(topology {serving.mode}; logs in {run_dir}); Ctrl-C stops it", flush=True)
+            # returns on Ctrl-C or SIGTERM (aiohttp takes the KeyboardInterrupt)
             web.run_app(app, host=front.host, port=front.port, print=None,
                         handle_signals=False, access_log=None)
     except ServingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("stopped: every process this command started is stopped", file=sys.stderr)
+        pass  # during start-up: the cluster stopped what it had started
+    print("stopped: every process this command started is stopped", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
-from serving.vllm_plugin import UNMASKED_LOGPROBS_ENV
+from serving.vllm_plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -43,6 +43,7 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "VLLM_HOST_IP": c.host,
         "PYTHONUNBUFFERED": "1",
+        SAFE_GRAMMARS_ENV: "1",  # see serving/vllm_plugin.py
     })
     if c.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"

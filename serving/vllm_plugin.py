@@ -1,4 +1,4 @@
-"""vLLM general plugin (entry point `vllm.general_plugins`): two fixes the project's engines need.
+"""vLLM general plugin (entry point `vllm.general_plugins`): three fixes the project's engines need.
 
 vLLM loads it in every engine process; each part acts only where the serving layer asked for it
 through an environment variable, so a plain vLLM run elsewhere is untouched.
@@ -20,16 +20,30 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
    the bitmask and handed to the sampler as its raw logprobs. Sampling itself still uses the
    masked logits. (Speculative decoding's rejection sampler computes its own logprobs and is
    not covered.)
+
+3. Grammars that hold (ROLLFLEET_SAFE_GRAMMARS), two parts:
+   - UTF-8: xgrammar 0.2.7 lets overlong byte forms through a grammar of characters, so every
+     grammar's token mask is narrowed by serving/toolcall/utf8.py (only tokens that continue
+     the output as valid UTF-8). Where the two masks share no token (a free-text budget that
+     ends inside a character), the grammar's mask stands alone.
+   - One cache entry per whole grammar: xgrammar 0.2.7's compiler shares token-mask pieces
+     between grammars keyed by an element's position, not its token id, so two grammars of
+     different shape compiled by one engine could get each other's masks (fixed upstream in
+     commit 3ab88dc0, unreleased). The engine's compiler runs with xgrammar's cache off, and a
+     cache of whole compiled grammars, keyed by their full text, stands in for it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections import OrderedDict
 from typing import Any
 
 NIXL_PROGRESS_DELAY_ENV = "ROLLFLEET_NIXL_PROGRESS_DELAY_US"
 UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
+SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
+GRAMMAR_CACHE_SIZE = 64  # whole compiled grammars an engine keeps
 _UNMASKED = "_rollfleet_unmasked_logprobs"  # attribute carried by the step's logits tensor
 
 
@@ -76,9 +90,107 @@ def keep_unmasked_logprobs() -> None:
     sampler.compute_logprobs = staticmethod(compute_logprobs)
 
 
+class WholeGrammarCache:
+    """A grammar compiler whose cache holds whole compiled grammars by their full text."""
+
+    def __init__(self, compiler: Any, size: int = GRAMMAR_CACHE_SIZE) -> None:
+        self.compiler, self.size = compiler, size
+        self.grammars: OrderedDict[str, Any] = OrderedDict()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.compiler, name)
+        if not name.startswith("compile_"):
+            return method
+
+        def compile_once(*args: Any, **kwargs: Any) -> Any:
+            key = repr((name, args, sorted(kwargs.items())))
+            if key in self.grammars:
+                self.grammars.move_to_end(key)
+                return self.grammars[key]
+            compiled = self.grammars[key] = method(*args, **kwargs)
+            while len(self.grammars) > self.size:
+                self.grammars.popitem(last=False)
+            return compiled
+
+        return compile_once
+
+
+_GUARDS: dict[int, Any] = {}  # vocabulary size -> (Utf8Guard, its masks as a tensor)
+
+
+def _guard(grammar: Any) -> Any:
+    """The guard of the grammar's vocabulary (one per engine process, built at first use)."""
+    if grammar.vocab_size not in _GUARDS:
+        import torch
+
+        from serving.toolcall.utf8 import Utf8Guard
+
+        guard = Utf8Guard(grammar.ctx.tokenizer_info.decoded_vocab,
+                          (grammar.vocab_size + 31) // 32)
+        _GUARDS[grammar.vocab_size] = guard, torch.from_numpy(guard.masks)
+    return _GUARDS[grammar.vocab_size]
+
+
+def hold_grammars() -> None:
+    """Patch vLLM's xgrammar backend: whole-grammar cache, UTF-8 guard (part 3 above)."""
+    xgr = importlib.import_module("xgrammar")
+    backend = importlib.import_module("vllm.v1.structured_output.backend_xgrammar")
+    grammar_cls = backend.XgrammarGrammar
+    if getattr(grammar_cls, "utf8_guarded", False):
+        return
+    post_init = backend.XgrammarBackend.__post_init__
+
+    def post_init_whole_cache(self) -> None:
+        post_init(self)
+        info = self.compiler.compile_grammar('root ::= "a"').tokenizer_info
+        self.compiler = WholeGrammarCache(
+            xgr.GrammarCompiler(info, max_threads=8, cache_enabled=False))
+
+    accept, rollback, fill, reset = (grammar_cls.accept_tokens, grammar_cls.rollback,
+                                     grammar_cls.fill_bitmask, grammar_cls.reset)
+
+    def states(grammar: Any) -> list[int]:
+        if "_utf8_states" not in grammar.__dict__:
+            grammar._utf8_states = [0]  # BETWEEN: no output yet
+        return grammar._utf8_states
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        before = self.num_processed_tokens
+        ok = accept(self, request_id, tokens)
+        trail, (guard, _) = states(self), _guard(self)
+        for token in tokens[:self.num_processed_tokens - before]:
+            trail.append(guard.next_state(trail[-1], token))
+        return ok
+
+    def rollback_states(self, num_tokens: int) -> None:
+        rollback(self, num_tokens)
+        if num_tokens:
+            del states(self)[-num_tokens:]
+
+    def fill_guarded(self, bitmask: Any, idx: int) -> None:
+        fill(self, bitmask, idx)
+        _, masks = _guard(self)
+        row = bitmask[idx] & masks[max(states(self)[-1], 0)]
+        if bool(row.any()):
+            bitmask[idx] = row
+
+    def reset_states(self) -> None:
+        reset(self)
+        self.__dict__.pop("_utf8_states", None)
+
+    backend.XgrammarBackend.__post_init__ = post_init_whole_cache
+    grammar_cls.accept_tokens = accept_tokens
+    grammar_cls.rollback = rollback_states
+    grammar_cls.fill_bitmask = fill_guarded
+    grammar_cls.reset = reset_states
+    grammar_cls.utf8_guarded = True
+
+
 def register() -> None:
     delay = os.environ.get(NIXL_PROGRESS_DELAY_ENV)
     if delay:
         delay_nixl_progress(int(delay))
     if os.environ.get(UNMASKED_LOGPROBS_ENV) == "1":
         keep_unmasked_logprobs()
+    if os.environ.get(SAFE_GRAMMARS_ENV) == "1":
+        hold_grammars()

@@ -41,6 +41,11 @@ def router_args(cfg: ServingConfig) -> list[str]:
     return args
 
 
+# The frontend retries a model it cannot load (a missing tokenizer file, a bad model card) with
+# a doubling wait, forever; the third failure in a row (about 3 s) is taken as final.
+FATAL = (r"Model materialization failed.*attempt=([3-9]|\d\d)",)
+
+
 class DynamoFrontend:
     """`python -m dynamo.frontend` on `host:port`; `start()` returns once it answers."""
 
@@ -66,7 +71,8 @@ class DynamoFrontend:
                                "free it or set serving.port=0 to pick a free one")
         env = {**os.environ, **self.plane_env, "PYTHONUNBUFFERED": "1"}
         self.process = ManagedProcess(f"frontend-{self.name}", self.argv(), env,
-                                      self.run_dir / "logs" / f"frontend-{self.name}.log")
+                                      self.run_dir / "logs" / f"frontend-{self.name}.log",
+                                      fatal=FATAL)
 
     def wait_model(self, model: str, deadline: float) -> None:
         """Block until the frontend lists `model` (a worker set for it has registered)."""

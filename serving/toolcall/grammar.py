@@ -5,15 +5,15 @@ nothing to say pads there until `max_tokens` and the call is cut in half, and `<
 be spelled from ordinary sub-tokens that the server's parser then ignores. This grammar instead:
 - matches every markup element as its single special token (`<tool_call>`, `<arg_key>`, ...),
 - allows no characters between them,
-- restricts the name to the declared tools and lists every argument in schema order,
-- admits only complete UTF-8 characters in a string value, at most its `maxLength` of them (a
-  character class counts code points; xgrammar's `any_text` would also admit stray bytes that
-  form no character, and a call whose bytes do not decode is not the call that runs), other
-  values by their JSON schema with no whitespace,
+- restricts the name to the declared tools and lists the arguments in schema order, each
+  optional one omissible, every value by its JSON Schema (serving/toolcall/values.py: complete
+  UTF-8 characters only, every bound the schema leaves open set by the project),
 - ends with the call: the server then allows only its stop tokens (a stop token cannot be a
   grammar element: xgrammar reserves them for the end),
 - leaves free text and reasoning unconstrained except that they cannot contain markup tokens
   and stop early enough (`max_tokens` minus the worst-case call) that a call is never cut.
+When the worst-case call does not fit `max_tokens`, the bounds the project sets (and declared
+ones larger than them) are halved until it does.
 """
 
 from __future__ import annotations
@@ -23,28 +23,23 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from serving.toolcall.ebnf import UnsupportedSchema
+from serving.toolcall.values import Caps, ValueGrammar, merge_schemas, resolve
+
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
 KEY_START, KEY_END = "<arg_key>", "</arg_key>"
 VALUE_START, VALUE_END = "<arg_value>", "</arg_value>"
 THINK_END = "</think>"
 TURN_END = "<|observation|>"  # the stop token the chat template expects after a call
-# One character of a string value (a regex class): every code point but the surrogates. The
-# split at U+D000 works around xgrammar 0.2.7, which drops U+D000-U+D7FF from a range that
-# crosses U+D000 (checked on every code point: only the 2,048 surrogates are refused).
-CHARACTER = r"[\u0000-\ucfff\ud000-\ud7ff\ue000-\U0010ffff]"
 OTHER_STOPS = ["<|user|>", "<|endoftext|>"]  # stop tokens a call turn must not end with
 MARKUP = [CALL_START, CALL_END, KEY_START, KEY_END, VALUE_START, VALUE_END, "<think>", THINK_END]
 MARKUP_TOKENS = [*MARKUP, TURN_END]  # each must be one token of the model's vocabulary
 SPECIAL_TOKENS = [*MARKUP_TOKENS, *OTHER_STOPS]  # looked up at start-up
-DEFAULT_MAX_STRING = 4096
+MIN_STRING_CAP = 8  # the smallest bound a string is given before a call is refused
 
 
 class CallTooLong(ValueError):
     """The token budget cannot hold one complete call: the call must not be started."""
-
-
-class UnboundedToolError(ValueError):
-    """A tool argument whose worst-case length the grammar cannot bound."""
 
 
 class _Tokens:
@@ -91,68 +86,57 @@ class ToolCallGrammar:
         return str(xgrammar.Grammar.from_structural_tag(self.json()))
 
 
-def _string_bound(schema: dict) -> int:
-    return int(schema.get("maxLength", DEFAULT_MAX_STRING))
+def tool_parameters(tool: dict) -> dict:
+    """A tool's parameter schema, its `$ref`/`allOf` at the top resolved; an object."""
+    root = tool["function"].get("parameters") or {"type": "object", "properties": {}}
+    params = resolve(root, root)
+    for key in ("anyOf", "oneOf"):
+        if key in params:
+            raise UnsupportedSchema(key, "alternatives at the top of a tool's parameters (GLM "
+                                    "writes one key/value pair per argument)")
+    for part in params.get("allOf", []):
+        rest = {k: v for k, v in params.items() if k != "allOf"}
+        params = merge_schemas(rest, resolve(part, root))
+    return params
 
 
-def _value(schema: dict) -> tuple[dict, int]:
-    """The format of one argument value (between its tags) and its worst-case token count.
-
-    A string is up to `maxLength` characters of any kind; a character is up to 4 bytes and a
-    token may hold a single byte, hence 4 tokens per character in the worst case. A markup
-    token inside a value is text there (the parser reads it as the grammar does)."""
-    kinds = schema.get("type")
-    if kinds == "string" and "enum" not in schema:
-        limit = _string_bound(schema)
-        # every code point but the surrogates, whose UTF-8 forms xgrammar's [\s\S] admits and
-        # no UTF-8 decoder accepts
-        pattern = f"{CHARACTER}{{{schema.get('minLength', 0)},{limit}}}"
-        return {"type": "regex", "pattern": pattern}, 4 * limit
-    return ({"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1},
-            _json_bound(schema))
-
-
-def _json_bound(schema: dict) -> int:
-    """Worst-case tokens of a whitespace-free JSON value (a token holds at least one byte)."""
-    if "enum" in schema:
-        return max(len(json.dumps(v).encode()) for v in schema["enum"])
-    if "const" in schema:
-        return len(json.dumps(schema["const"]).encode())
-    kinds = schema.get("type")
-    kinds = kinds if isinstance(kinds, list) else [kinds]
-    bound = 0
-    for kind in kinds:
-        if kind == "null":
-            bound = max(bound, 4)
-        elif kind == "boolean":
-            bound = max(bound, 5)
-        elif kind in ("integer", "number"):
-            if "maximum" not in schema or "minimum" not in schema:
-                raise UnboundedToolError(f"{kind} without minimum and maximum")
-            digits = max(len(str(schema["maximum"])), len(str(schema["minimum"])))
-            bound = max(bound, digits + (10 if kind == "number" else 0))
-        elif kind == "string":
-            bound = max(bound, 2 + 4 * _string_bound(schema))
-        else:
-            raise UnboundedToolError(f"values of type {kind!r} have no length bound")
-    return bound
-
-
-def _call(tool: dict, t: _Tokens) -> tuple[dict, int]:
+def _call(tool: dict, t: _Tokens, caps: Caps) -> tuple[dict, int]:
     """One complete call of `tool`, from <tool_call> through </tool_call>."""
     fn = tool["function"]
-    params = fn.get("parameters") or {"type": "object", "properties": {}}
-    props: dict[str, dict] = params.get("properties", {})
+    root = fn.get("parameters") or {}
+    params = tool_parameters(tool)
+    props = dict(params.get("properties") or {})
+    extra = params.get("additionalProperties", True)
+    for name in params.get("required") or []:  # required, yet not described: any value
+        props.setdefault(name, extra if isinstance(extra, dict) else {})
+    required = set(params.get("required") or [])
     elements = [t.tok(CALL_START), _const(fn["name"])]
     worst = 2 + len(fn["name"].encode())
     for key, schema in props.items():
-        value, bound = _value(schema)
-        elements += [t.tok(KEY_START), _const(key), t.tok(KEY_END),
-                     {"type": "tag", "begin": t.tok(VALUE_START), "content": value,
-                      "end": t.tok(VALUE_END)}]
+        values = ValueGrammar(root, caps)
+        expr, bound = values.argument(schema)
+        pair = _seq(t.tok(KEY_START), _const(key), t.tok(KEY_END),
+                    {"type": "tag", "begin": t.tok(VALUE_START),
+                     "content": {"type": "grammar", "grammar": values.rules.grammar(expr)},
+                     "end": t.tok(VALUE_END)})
+        elements.append(pair if key in required else {"type": "optional", "content": pair})
         worst += 4 + len(key.encode()) + bound
     elements.append(t.tok(CALL_END))
     return _seq(*elements), worst
+
+
+def _calls(tools: list[dict], t: _Tokens, max_tokens: int,
+           n_calls: int) -> tuple[list[tuple[dict, int]], int]:
+    """Each tool's call grammar with the largest bounds under which the worst case of
+    `n_calls` calls (with the stop token) fits `max_tokens`, and that worst case."""
+    caps = Caps()
+    while True:
+        calls = [_call(tool, t, caps) for tool in tools]
+        worst_one = max(w for _, w in calls) + 1  # + TURN_END
+        worst = worst_one + (n_calls - 1) * (worst_one - 1)
+        if worst <= max_tokens or caps.string <= MIN_STRING_CAP:
+            return calls, worst
+        caps = caps.halved()
 
 
 def build_grammar(tools: list[dict], tool_choice: str | dict, parallel: bool, thinking: bool,
@@ -170,11 +154,9 @@ def build_grammar(tools: list[dict], tool_choice: str | dict, parallel: bool, th
         tools = [t for t in tools if t["function"]["name"] == wanted]
         if not tools:
             raise ValueError(f"tool_choice names {wanted!r}, which is not among the tools")
-    calls = [_call(tool, t) for tool in tools]
-    one_call = calls[0][0] if len(calls) == 1 else {"type": "or", "elements": [c for c, _ in calls]}
-    worst_one = max(w for _, w in calls) + 1  # + TURN_END
     n_calls = max_calls if parallel else 1
-    worst = worst_one + (n_calls - 1) * (worst_one - 1)
+    calls, worst = _calls(tools, t, max_tokens, n_calls)
+    one_call = calls[0][0] if len(calls) == 1 else {"type": "or", "elements": [c for c, _ in calls]}
     text_budget = max_tokens - worst
     if text_budget < 0:
         raise CallTooLong(f"max_tokens={max_tokens} cannot hold one complete call "

@@ -15,8 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
+from serving.toolcall.ebnf import UnsupportedSchema
 from serving.toolcall.grammar import (
     CALL_END,
     CALL_START,
@@ -28,7 +27,10 @@ from serving.toolcall.grammar import (
     TURN_END,
     VALUE_END,
     VALUE_START,
+    tool_parameters,
 )
+from serving.toolcall.values import raw_text
+from toolschema import problem_kinds
 
 ISSUE_KINDS = ("malformed", "unknown_tool", "missing_argument", "extra_argument", "wrong_type",
                "cut_off", "subtoken_markup", "invalid_utf8")
@@ -62,7 +64,7 @@ def parse_glm(token_bytes: list[bytes], tools: list[dict], thinking: bool) -> Pa
     tokens = [_Piece(b) for b in token_bytes]
     if tokens and any(tokens[-1] == end for end in TURN_ENDS):
         tokens.pop()
-    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    schemas = {t["function"]["name"]: t for t in tools}
     reasoning: list[str] = []
     content: list[str] = []
     calls: list[ParsedCall] = []
@@ -119,7 +121,7 @@ def _read_until(tokens: list[_Piece], i: int, stops: tuple[str, ...],
     raise _Cut()
 
 
-def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple[ParsedCall, int]:
+def _parse_call(tokens: list[_Piece], i: int, tools: dict[str, dict]) -> tuple[ParsedCall, int]:
     raw: dict[str, str] = {}
     issues: list[str] = []
     name = ""
@@ -132,9 +134,9 @@ def _parse_call(tokens: list[_Piece], i: int, schemas: dict[str, dict]) -> tuple
     except _Cut:
         issues.append("cut_off")
         i = len(tokens)
-    if name not in schemas:
+    if name not in tools:
         return ParsedCall(name, dict(raw), issues + ["unknown_tool"]), i
-    arguments, problems = _typed_arguments(raw, schemas[name])
+    arguments, problems = _typed_arguments(raw, tools[name])
     if "cut_off" in issues:  # its missing arguments follow from the cut; count the cause once
         problems = []
     return ParsedCall(name, arguments, issues + problems), i
@@ -205,30 +207,28 @@ def check_call(name: str, arguments: str, tools: list[dict]) -> list[str]:
         return ["malformed"]
     if not isinstance(args, dict):
         return ["malformed"]
-    return _schema_problems(args, schemas[name])
+    return problem_kinds(args, schemas[name])
 
 
-def _schema_problems(args: dict[str, Any], schema: dict) -> list[str]:
-    problems: list[str] = []
-    for error in jsonschema.Draft202012Validator(schema).iter_errors(args):
-        kind = {"required": "missing_argument", "additionalProperties": "extra_argument"}.get(
-            error.validator, "wrong_type")
-        if kind not in problems:
-            problems.append(kind)
-    return problems
-
-
-def _typed_arguments(raw: dict[str, str], schema: dict) -> tuple[dict[str, Any], list[str]]:
-    """Values are raw text for string arguments and JSON otherwise, as in GLM's format."""
-    props = schema.get("properties", {})
+def _typed_arguments(raw: dict[str, str], tool: dict) -> tuple[dict[str, Any], list[str]]:
+    """Values are raw text for string arguments and JSON otherwise, as in GLM's format (and
+    as the grammar writes them: serving/toolcall/values.raw_text)."""
+    root = tool["function"].get("parameters") or {}
+    try:
+        props = tool_parameters(tool).get("properties") or {}
+    except UnsupportedSchema:
+        props = root.get("properties") or {}
     args: dict[str, Any] = {}
     for key, text in raw.items():
-        kinds = props.get(key, {}).get("type")
-        if kinds == "string":
+        try:
+            is_text = raw_text(props.get(key, {}), root)
+        except UnsupportedSchema:
+            is_text = False
+        if is_text:
             args[key] = text
             continue
         try:
             args[key] = json.loads(text)
         except json.JSONDecodeError:
             args[key] = text  # a string in an untyped or union slot, or malformed JSON
-    return args, _schema_problems(args, schema)
+    return args, problem_kinds(args, root)

@@ -1,13 +1,12 @@
 """Kernel tests run compiled on a CUDA device, else in Triton's CPU interpreter.
 
 Triton reads TRITON_INTERPRET when it decorates a function (its own library included) and
-again while it runs, so on CPU triton and the kernel modules are imported here with the
-variable set, and each test of this folder sets it again; the rest of the session never sees it.
+again while it runs: on CPU, triton and the kernel modules are imported interpreted by
+tests/conftest.py before any other test module, and each test of this folder sets the variable
+again; the rest of the session never sees it.
 """
 
 import importlib.util
-import os
-import sys
 import zlib
 from pathlib import Path
 
@@ -15,21 +14,17 @@ import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
-# Triton picks the interpreter when a function is decorated, its own library included, so on
-# CPU the variable must be set before triton is first imported.
-TRITON_LATE = "triton" in sys.modules and not os.environ.get("TRITON_INTERPRET")
-INTERPRET = bool(importlib.util.find_spec("triton")) and not HAS_CUDA and not TRITON_LATE
+INTERPRET = bool(importlib.util.find_spec("triton")) and not HAS_CUDA
 if INTERPRET:
-    _saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    import kernels.cache_write  # noqa: F401
-    import kernels.fp8_staging  # noqa: F401
-    import kernels.sparse_decode  # noqa: F401
+    from triton.runtime.interpreter import InterpretedFunction
 
-    if _saved is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = _saved
+    import kernels.sparse_decode
+
+    # imported before tests/conftest.py could set the variable (a run of this folder alone
+    # under another rootdir): the Triton tests cannot run, and say why
+    TRITON_LATE = not isinstance(kernels.sparse_decode._split_kernel, InterpretedFunction)
+else:
+    TRITON_LATE = False
 
 
 TRITON_TESTS = {"test_cache_write.py", "test_sparse_decode.py", "test_fp8_staging.py"}
@@ -37,7 +32,7 @@ TRITON_TESTS = {"test_cache_write.py", "test_sparse_decode.py", "test_fp8_stagin
 
 @pytest.fixture(autouse=True)
 def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
-    if INTERPRET:
+    if INTERPRET and not TRITON_LATE:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 

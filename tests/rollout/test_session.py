@@ -17,7 +17,7 @@ from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits, request_seed
 from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable, chat_renderer
-from serving.cluster import tokenizer_markup_ids
+from serving.model_dir import tokenizer_markup_ids
 from serving.tiny_model import ensure_tiny_glm
 
 MODEL_DIR = ensure_tiny_glm(project_root() / ".cache" / "models")
@@ -59,8 +59,8 @@ class ScriptedDoor:
 
 
 def run(completions, limits=LIMITS, tamper=None):
-    client = ModelClient(ENDPOINT, SamplingConfig())
-    client.door = door = ScriptedDoor(completions, tamper)
+    door = ScriptedDoor(completions, tamper)
+    client = ModelClient(ENDPOINT, SamplingConfig(), door)
     session = Session(Job("stats_mean", 0), ENV, client, limits, 0, PROVENANCE)
     record = asyncio.run(session.run())
     assert door.released == [session.session_id]  # the router may drop the binding now

@@ -2,17 +2,7 @@ import socket
 
 import pytest
 
-from serving import Cluster, ModelConfig, ServingConfig, ServingError, resolve_model_dir
-
-
-def test_missing_model_path(tmp_path):
-    with pytest.raises(ServingError, match="does not exist"):
-        resolve_model_dir(ModelConfig(path=str(tmp_path / "nope")), tmp_path)
-
-
-def test_model_path_without_config(tmp_path):
-    with pytest.raises(ServingError, match="no config.json"):
-        resolve_model_dir(ModelConfig(path=str(tmp_path)), tmp_path)
+from serving import Cluster, ModelConfig, ServingConfig, ServingError
 
 
 def test_port_taken_is_refused_before_start(tmp_path):
@@ -64,8 +54,6 @@ def test_gpu_topology_is_refused_without_its_gpus(tmp_path):
     serving = typed(ServingConfig, OmegaConf.to_container(cfg.serving, resolve=True), "serving")
     assert (serving.prefill_engines, serving.decode_engines, serving.kv_cache_dtype) == (
         1, 4, "nvfp4")
-    model = ModelConfig(path=str(tmp_path))
-    (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ServingError, match="needs 40 GPUs; this machine has 0"), \
-            Cluster(serving, model, tmp_path, tmp_path):
+            Cluster(serving, ModelConfig(), tmp_path, project_root() / ".cache"):
         pass

@@ -30,3 +30,15 @@ def compiler(tokenizer):
 @pytest.fixture(scope="session")
 def tools():
     return tool_schemas(max_command_chars=40, max_file_chars=40)
+
+
+@pytest.fixture(scope="session")
+def guarded_grammar():
+    """vLLM's xgrammar grammar class as the project's engines run it (serving/vllm_plugin.py:
+    the UTF-8 guard on every token mask)."""
+    from serving.vllm_plugin import hold_grammars
+
+    hold_grammars()
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
+
+    return XgrammarGrammar
