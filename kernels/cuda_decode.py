@@ -2,8 +2,10 @@
 stops (kernels/NOTES.md).
 
 `kernels/csrc/decode_sm90.cu` is warp-specialized: a producer warp group gathers each tile's top-k
-rows and decodes them to fp16 in registers while two consumer warp groups run wgmma on the
-previous tile (scores split by rows between them, the output by dims). Same interface, reference
+rows and decodes them to fp16 in registers while consumer warp groups run wgmma on the previous
+tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
+half; for H <= 16 (variants 4, 5) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
+heads, two CTAs per SM (kernels/README.md, "The CUDA kernel"). Same interface, reference
 and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are merged by that
 module's combine kernel. Built on first use by `torch.utils.cpp_extension.load` (needs nvcc and an
 sm_90 GPU); the Triton kernel stays the portable path.
@@ -32,7 +34,7 @@ VARIANTS = {
     "one consumer group, two CTAs per SM); more heads: 2",
     5: "4, with the producer loading the next tile's rows after handing over this one, all at once",
 }
-DEFAULT_VARIANT = 4
+DEFAULT_VARIANT = 5
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 
 

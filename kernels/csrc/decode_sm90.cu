@@ -12,6 +12,10 @@
 //     the rescale factors to warp group 2 through shared memory, which computes O[:, 256:] += P V
 //     while group 1 goes on to the next tile's Q K^T (group 2's P V runs under group 1's softmax and
 //     Q K^T). 3: group 1 issues the next tile's Q K^T right behind its own P V instead of after it.
+//   4, 5 with H <= 16: the few-heads kernel (decode_few_kernel, below): one producer and one
+//     consumer group per CTA, two CTAs per SM, S^T = K Q^T with N = 16 heads and O^T += V^T P^T;
+//     with more heads 4 runs variant 2's kernel, 5 its own (2 + the producer loading the next
+//     tile's rows right after each hand-over; the few-heads kernel does the same under 5).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
