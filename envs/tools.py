@@ -6,10 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from envs.sandbox import SandboxFailure
 from envs.workspace import Workspace, truncate
+from toolschema import schema_problems
 
 
 def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
@@ -63,11 +62,10 @@ def check_arguments(name: str, arguments: str | dict, parameters: dict) -> dict:
             arguments = json.loads(arguments or "{}")
         except json.JSONDecodeError as exc:
             raise ToolCallError(f"arguments of {name} are not JSON: {exc}") from None
-    try:
-        jsonschema.validate(arguments, parameters)
-    except jsonschema.ValidationError as exc:
+    problems = schema_problems(arguments, parameters)
+    if problems:
         raise ToolCallError(f"arguments of {name} do not match its schema: "
-                            f"{exc.message}") from None
+                            f"{problems[0].message}")
     return arguments
 
 

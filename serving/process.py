@@ -25,6 +25,7 @@ from serving.config import ServingError
 
 _PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the color codes Dynamo's logs carry
+_EXCEPTION = re.compile(r"^(\w+\.)*\w+(Error|Exception): ")
 
 
 def _die_with_parent() -> None:
@@ -83,8 +84,13 @@ class ManagedProcess:
         return None
 
     def last_error(self) -> str:
-        """The last line of the log that names an error, for one-line reports."""
+        """The line of the log that names the error, for one-line reports: the first
+        exception line of the tail that is not a wrapper pointing elsewhere ("see root cause
+        above"), else the last line naming an error."""
         lines = _ANSI.sub("", self.log_tail(200)).splitlines()
+        for line in lines:
+            if _EXCEPTION.search(line) and "root cause" not in line:
+                return line.strip()
         for line in reversed(lines):
             if "Error" in line or "error:" in line:
                 return line.strip()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,9 @@ from serving.config import ServingConfig, ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 DISCOVERY = ("file", "etcd")
+# A folder for the plane's unix sockets (KV events): under the system's temp folder, since a
+# socket path must be shorter than 108 bytes and a run folder can be deeper than that.
+SOCKETS_ENV = "ROLLFLEET_SOCKETS"
 
 
 def _etcd_healthy(url: str) -> bool:
@@ -38,10 +42,13 @@ class ControlPlane:
         self.dir = run_dir / "dynamo"
         self.processes: list[ManagedProcess] = []
         self._env: dict[str, str] = {}
+        self.sockets: Path | None = None
 
     def start(self) -> None:
         host = self.cfg.host
+        self.sockets = Path(tempfile.mkdtemp(prefix="rollfleet-"))
         common = {
+            SOCKETS_ENV: str(self.sockets),
             "DYN_REQUEST_PLANE": "tcp",
             "DYN_TCP_RPC_HOST": host,
             "DYN_TCP_RESPONSE_STREAM_HOST": host,
@@ -103,6 +110,9 @@ class ControlPlane:
     def stop(self) -> None:
         while self.processes:
             self.processes.pop().stop(grace_s=5)
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None
 
 
 def _python_env() -> dict[str, str]:

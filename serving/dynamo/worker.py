@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.dynamo.plane import SOCKETS_ENV
 from serving.kvtier import kv_transfer_config
 from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env
@@ -50,8 +51,9 @@ class DynamoWorker:
 
     def argv(self) -> list[str]:
         m, c = self.model, self.cfg
+        sockets = Path(self.plane_env[SOCKETS_ENV])
         events = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": "kv-events",
-                  "endpoint": f"ipc://{self.run_dir / 'dynamo' / f'kv-events-{self.name}'}"}
+                  "endpoint": f"ipc://{sockets / f'kv-events-{self.name}'}"}
         args = [sys.executable, "-m", "dynamo.vllm", "--model", str(self.model_dir),
                 "--served-model-name", m.name, *engine_args(m, c),
                 "--kv-events-config", json.dumps(events),

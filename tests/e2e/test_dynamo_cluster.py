@@ -3,6 +3,7 @@ the cluster's own behaviour under requests is test_routed_cluster.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -85,7 +86,10 @@ def _served(log: Path, n: int) -> bool:
 
 
 def _worker_pid(name: str, run_dir: Path) -> int:
+    """The worker of this run's cluster (its HOME is under the run folder)."""
     for pid, cmd in process_table().items():
-        if "dynamo.vllm" in cmd and str(run_dir) in cmd and f"kv-events-{name}" in cmd:
-            return pid
+        if "dynamo.vllm" in cmd and f"kv-events-{name}" in cmd:
+            with contextlib.suppress(OSError):
+                if str(run_dir).encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                    return pid
     raise AssertionError(f"no process for worker {name}")

@@ -23,23 +23,26 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
-def _job(*overrides: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rollout.run", *overrides], cwd=ROOT,
+def _job(*overrides: str, cwd: Path = ROOT, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rollout.run", *overrides], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             **kwargs)
 
 
 @pytest.fixture(scope="module")
 def swe_rl_run(tmp_path_factory) -> Path:
-    """One run of the README's main job, shared by the tests that read its records."""
+    """One run of the README's main job exactly as typed there (its default run folder, no
+    override), started from a working directory other than the project's; shared by the
+    tests that read its records."""
     before = process_table()
-    out = tmp_path_factory.mktemp("swe_rl") / "run"
-    job = _job("+experiment=swe_rl", f"output.dir={out}")
+    cwd = tmp_path_factory.mktemp("elsewhere")
+    job = _job("+experiment=swe_rl", cwd=cwd)
     log, _ = job.communicate(timeout=900)
     assert job.returncode == 0, log[-3000:]
     assert "rollout summary" in log
     time.sleep(1)
     assert new_job_processes(before) == []
+    [out] = (cwd / "runs" / "swe_rl").iterdir()  # conf/output/default.yaml: runs/<name>/<time>
     return out
 
 
