@@ -4,8 +4,9 @@ stops (kernels/NOTES.md).
 `kernels/csrc/decode_sm90.cu` is warp-specialized: a producer warp group gathers each tile's top-k
 rows and decodes them to fp16 in registers while consumer warp groups run wgmma on the previous
 tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
-half; for H <= 16 (variants 4, 5) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
-heads, two CTAs per SM (kernels/README.md, "The CUDA kernel"). Same interface, reference
+half; for H <= 16 (variants 4-7) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
+heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
+(6; 7: two consumer groups) (kernels/README.md, "The CUDA kernel"). Same interface, reference
 and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are merged by that
 module's combine kernel. Built on first use by `torch.utils.cpp_extension.load` (needs nvcc and an
 sm_90 GPU); the Triton kernel stays the portable path.
@@ -33,9 +34,14 @@ VARIANTS = {
     4: "H <= 16: few-heads kernel (S^T = K Q^T with N = 16 heads, O^T = V^T P^T, one producer and "
     "one consumer group, two CTAs per SM); more heads: 2",
     5: "4, with the producer loading the next tile's rows after handing over this one, all at once",
+    6: "H <= 16: rows gathered by bulk copies (TMA) into a ring two tiles ahead, two producer "
+    "groups decoding from shared memory into two fp16 stages, one consumer group, one CTA per SM; "
+    "more heads: 5",
+    7: "6 with two consumer groups on alternate tiles (one per stage), merged at the end",
 }
 DEFAULT_VARIANT = 5
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1}  # few-heads kernels: CTAs per SM
 
 
 def default_variant() -> int:
@@ -72,8 +78,8 @@ def split_plan(
     """(splits, rows per split): about one CTA per SM (two for the few-heads kernel) unless
     `num_splits` says otherwise; every split is whole tiles and none is empty."""
     variant = default_variant() if variant is None else variant
-    few = variant in (4, 5) and num_heads <= FEW_HEADS
-    heads_per_cta, per_sm = (FEW_HEADS, 2) if few else (HEADS_PER_CTA, 1)
+    few = variant in FEW_VARIANTS and num_heads <= FEW_HEADS
+    heads_per_cta, per_sm = (FEW_HEADS, FEW_VARIANTS[variant]) if few else (HEADS_PER_CTA, 1)
     tiles = triton.cdiv(topk, TILE)
     ctas = bsz * triton.cdiv(num_heads, heads_per_cta)
     nsplit = min(tiles, num_splits or max(1, round(per_sm * sms / ctas)))

@@ -7,6 +7,8 @@
 #        NCU="64 128" NCU_KERNEL=_split_kernel NCU_PATHS=nvfp4,fp8 BENCH=0 bash ...  (Triton)
 #        CUDA_VARIANTS="0 1 2 3" CUDA_ONLY=1 TESTS=0 SHAPES=16x64,64x128 bash ...
 #          (gate each CUDA kernel variant alone, then time the ones that passed, nothing else)
+#        TESTS_K="cuda" TESTS_LAST=1 ...   (only the kernel tests that pytest -k selects; variants that failed
+#          their gate are always left out of the test run, so that a hung one costs its gate only)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -23,26 +25,32 @@ echo "build rc=$? $((SECONDS - t0)) s"; grep -E "error|registers|spill|smem|C75"
 # variant costs its time limit only); if every variant fails, nothing else runs the CUDA kernel.
 default_v=$(python3 -c "from kernels.cuda_decode import default_variant; print(default_variant())")
 ok_variants=""
+bad_k=""
 : > "$OUT/tests.log"
 for v in ${CUDA_VARIANTS:-$default_v}; do
   timeout 120 python3 -m pytest -x -q -p no:cacheprovider -o timeout=60 -o timeout_method=thread \
     tests/kernels -k "(cuda_one_slot or cuda_zero_q) and v$v" >> "$OUT/tests.log" 2>&1
   rc=$?; echo "cuda gate variant $v rc=$rc"
-  if [ $rc = 0 ]; then ok_variants="$ok_variants,$v"; else tail -15 "$OUT/tests.log"; fi
+  if [ $rc = 0 ]; then ok_variants="$ok_variants,$v"; else tail -15 "$OUT/tests.log"; bad_k="$bad_k and not v$v"; fi
 done
 ok_variants=${ok_variants#,}
 if [ -z "$ok_variants" ]; then export BENCH_NO_CUDA=1 NCU=""; sel="not cuda"; else sel=""; fi
-if [ "${TESTS:-1}" = 1 ]; then
+sel="${TESTS_K:-}${sel:+${TESTS_K:+ and }$sel}"
+if [ -n "$bad_k" ]; then sel="${sel:-(v0 or not v0)}$bad_k"; fi
+run_tests() {
   timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider -o timeout=90 \
     -o timeout_method=thread tests/kernels ${sel:+-k "$sel"} >> "$OUT/tests.log" 2>&1
   echo "kernel tests rc=$?"; grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -15
-fi
+}
+# TESTS_LAST=1: the benchmark first (its numbers come back even if the call runs out of time)
+if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_LAST:-0}" != 1 ]; then run_tests; fi
 if [ "${BENCH:-1}" = 1 ]; then
   timeout 300 python3 scripts/bench_kernels.py --out "$OUT" ${SHAPES:+--shapes $SHAPES} \
     ${ok_variants:+--cuda-variants $ok_variants} ${CUDA_ONLY:+--cuda-only} > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
   sed -n '/^   H /,$p' "$OUT/bench.log"
 fi
+if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_LAST:-0}" = 1 ]; then run_tests; fi
 set -- ${NCU:-}
 while [ $# -ge 2 ]; do
   h=$1 b=$2; shift 2

@@ -16,6 +16,9 @@
 //     consumer group per CTA, two CTAs per SM, S^T = K Q^T with N = 16 heads and O^T += V^T P^T;
 //     with more heads 4 runs variant 2's kernel, 5 its own (2 + the producer loading the next
 //     tile's rows right after each hand-over; the few-heads kernel does the same under 5).
+//   6, 7 with H <= 16: decode_few2_kernel: the rows arrive by bulk copies (TMA) two tiles ahead
+//     in a raw ring, two producer warp groups decode them from shared memory into two fp16 stages,
+//     one consumer group (6) or two on alternate tiles (7); one CTA per SM. More heads: 5.
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -61,6 +64,25 @@ constexpr int kFOffBar = kFOffValid + 64;       // mbarriers: full, empty
 constexpr int kFSmem = kFOffBar + 2 * 8 + 1024;  // ~94 KB: two CTAs per SM
 constexpr int kFProducerRegs = 104, kFConsumerRegs = 152;  // 104 + 152 = 256 = 2 x 128
 constexpr int kOStride = 516;  // epilogue: O^T / l staged as fp32 [16][516] (no bank conflicts)
+// Few heads, variant 6 (one CTA per SM): the tile's raw NVFP4 rows are gathered by bulk copies
+// (cp.async.bulk, the TMA engine: no registers, no L1) into a ring of kRaw raw tiles two tiles
+// ahead, two producer warp groups decode them from shared memory into two fp16 stages, one consumer
+// group as in variant 5 (variant 7: two consumer groups, one per stage, on alternate tiles).
+// Q 18 KB + 2 x 72 KB + 2 x 22 KB + 2 x (P^T + scratch) = 213 KB.
+constexpr int kRaw = 2;
+constexpr int kRawBytes = kTile * kRowBytes;                // 22528
+constexpr int kGOffQ = 0;
+constexpr int kGOffKV = kGOffQ + kDimBlocks * kFewQBlock;   // 18432: two stages
+constexpr int kGOffRaw = kGOffKV + 2 * kTileBytes;          // 165888: kRaw raw tiles
+constexpr int kGOffPT = kGOffRaw + kRaw * kRawBytes;        // 210944: P^T [2] (one per group)
+constexpr int kGOffRed = kGOffPT + 2 * kFewQBlock;          // scratch [2] (one per group)
+constexpr int kGOffValid = kGOffRed + 2 * 1024;             // uint8 [2][64]: row valid, per stage
+constexpr int kGOffRawValid = kGOffValid + 2 * 64;          // uint8 [kRaw][64]: per raw tile
+constexpr int kGOffBar = kGOffRawValid + kRaw * 64;         // full[2], empty[2], raw full[kRaw]
+constexpr int kGSmem = kGOffBar + (4 + kRaw) * 8 + 1024;
+static_assert(kGOffKV % 1024 == 0 && kGOffPT % 1024 == 0 && kGOffRaw % 16 == 0 &&
+              kGOffBar % 8 == 0 && kGSmem <= 227 * 1024, "few-heads v6 layout");
+static_assert(kFOffQ == kGOffQ, "load_q_few writes Q at offset 0 in both layouts");
 constexpr float kInf = __builtin_huge_valf();
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -104,6 +126,27 @@ __device__ __forceinline__ void named_sync(int id) {  // waits; 256 threads (bot
 }
 __device__ __forceinline__ void named_arrive(int id) {  // counts, does not wait
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+// Named barriers of variants 6, 7: 1 = consumer group 0 (as group_sync), 2 = consumer group 1,
+// 3 = the 256 producer threads, 4 = both consumer groups.
+__device__ __forceinline__ void producer_sync() {
+  asm volatile("bar.sync 3, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void bar_sync_n(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+// Counts one arrival and `bytes` more expected from async copies (the bulk copies' complete_tx).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the
+// TMA engine; their arrival counts down the mbarrier's expected bytes.
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
@@ -252,6 +295,11 @@ __device__ __forceinline__ uint4 ld_smem(uint32_t addr) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_smem2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
 __device__ __forceinline__ void st_smem_u16(uint32_t addr, uint16_t v) {
@@ -790,9 +838,10 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
 
 // ---- Few heads (H <= 16, variant 4) ----
 // Q [H <= 16, 576] -> fp16 x 2**k in shared memory (as load_q, by the one consumer group; rows
-// H..15 zero); returns the score scale.
+// H..15 zero); returns the score scale. kRed: the layout's reduction scratch.
+template <int kRed>
 __device__ float load_q_few(const DecodeParams& p, uint8_t* smem, int b, int ct) {
-  float* red = reinterpret_cast<float*>(smem + kFOffRed) + 128;
+  float* red = reinterpret_cast<float*>(smem + kRed) + 128;
   const uint16_t* qb = p.q + b * p.stride_qb;
   const uint32_t q_addr = smem_u32(smem + kFOffQ);
   float qmax = 0.f;
@@ -842,19 +891,43 @@ __device__ float load_q_few(const DecodeParams& p, uint8_t* smem, int b, int ct)
 // shared memory, then O^T[512, 16] += V^T P^T (8 blocks of 64 dims); O^T is 64 registers.
 // Fragments: s[4j + e] = tile row r0 = 16 warp + g, head 8j + 2 c4 + e; s[4j + 2 + e] = row r0 + 8;
 // o[mb][...] the same with dims 64 mb + r0 (+ 8) for rows.
+// kMode 0 (variants 4, 5): threads 128..255, one stage. 1 (variant 6): threads 256..383, two stages
+// (tile k in stage k & 1). 2 (variant 7): two groups, threads 256..383 (cg = 0) and 384..511
+// (cg = 1); group cg computes tiles cg, cg + 2, .. (all in stage cg) with its own P^T and scratch,
+// and at the end group 1 hands its O^T, maxima and sums to group 0, which merges and stores them.
+template <int kMode>
 __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
-  const int ct = threadIdx.x - 128;  // 0..127
+  constexpr bool kG = kMode > 0;
+  constexpr int kStages = kG ? 2 : 1, kStep = kMode == 2 ? 2 : 1;
+  constexpr int kQ = kG ? kGOffQ : kFOffQ, kKV = kG ? kGOffKV : kFOffKV;
+  constexpr int kValid = kG ? kGOffValid : kFOffValid, kBar = kG ? kGOffBar : kFOffBar;
+  constexpr int kRed0 = kG ? kGOffRed : kFOffRed;
+  const int cx = threadIdx.x - (kG ? 256 : 128);
+  const int cg = kMode == 2 ? cx >> 7 : 0;  // consumer group
+  const int ct = cx & 127;                  // 0..127 within the group
+  const int bar_id = 1 + cg;                // the group's named barrier (1: as group_sync)
   const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
   const int rr0 = 16 * wq + g, rr1 = rr0 + 8;
   const uint32_t base = smem_u32(smem);
-  const uint32_t full = base + kFOffBar, empty = base + kFOffBar + 8;
-  float* redm = reinterpret_cast<float*>(smem + kFOffRed);  // [4][16] maxima
-  float* reds = redm + 64;                                   // [4][16] sums
-  const float qk = load_q_few(p, smem, b, ct);
-  const uint64_t dq = desc(base + kFOffQ, 16, 1024);                  // B: Q, K-major
-  const uint64_t dk = desc(base + kFOffKV, 16, 1024);                 // A: K, K-major
-  const uint64_t dv = desc(base + kFOffKV, kBlockBytes, 1024);        // A: V^T, MN-major
-  const uint64_t dpt = desc(base + kFOffPT, 16, 1024);                // B: P^T, K-major
+  const uint32_t full = base + kBar, empty = base + kBar + 8 * kStages;
+  float* redm = reinterpret_cast<float*>(smem + kRed0 + cg * 1024);  // [4][16] maxima
+  float* reds = redm + 64;                                            // [4][16] sums
+  float qk;
+  if (kMode == 2) {  // group 0 loads Q, group 1 takes its scale from shared memory
+    float* qks = reinterpret_cast<float*>(smem + kGOffRed) + 192;
+    if (cg == 0) {
+      qk = load_q_few<kGOffRed>(p, smem, b, ct);
+      if (ct == 0) *qks = qk;
+    }
+    bar_sync_n(4, 256);  // Q (fenced for the async proxy by its writers) and its scale
+    if (cg == 1) qk = *qks;
+  } else {
+    qk = load_q_few<kRed0>(p, smem, b, ct);
+  }
+  const uint64_t dq = desc(base + kQ, 16, 1024);                  // B: Q, K-major
+  const uint64_t dk0 = desc(base + kKV, 16, 1024);                // A: K, K-major
+  const uint64_t dv0 = desc(base + kKV, kBlockBytes, 1024);       // A: V^T, MN-major
+  const uint64_t dpt = desc(base + (kG ? kGOffPT : kFOffPT) + cg * kFewQBlock, 16, 1024);  // B: P^T
 
   float o[8][8];
 #pragma unroll
@@ -868,8 +941,10 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
     m[i] = -kInf;
     l[i] = 0.f;
   }
-  for (int k = 0; k < ntiles; ++k) {
-    mbar_wait(full, k & 1);
+  for (int k = cg; k < ntiles; k += kStep) {
+    const int st = kStages == 1 ? 0 : (k & 1);
+    mbar_wait(full + 8 * st, (k / kStages) & 1);
+    const uint64_t dk = dk0 + ((st * kTileBytes) >> 4), dv = dv0 + ((st * kTileBytes) >> 4);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 36; ++kk) {
@@ -879,7 +954,7 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
     }
     wgmma_commit();
     wgmma_wait<0>();
-    const bool ok0 = smem[kFOffValid + rr0], ok1 = smem[kFOffValid + rr1];
+    const bool ok0 = smem[kValid + st * 64 + rr0], ok1 = smem[kValid + st * 64 + rr1];
     float mx[4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -900,7 +975,7 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
         for (int e = 0; e < 2; ++e) redm[16 * wq + 8 * j + 2 * c4 + e] = mx[2 * j + e];
     }
-    group_sync();  // every warp's maxima (and the last tile's P^T reads are done)
+    bar_sync_n(bar_id, 128);  // every warp's maxima (and the last tile's P^T reads are done)
     float u[4], a[4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -927,7 +1002,8 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
           o[mb][4 * j + e] *= a[2 * j + e];
           o[mb][4 * j + 2 + e] *= a[2 * j + e];
         }
-    const uint32_t pt = base + kFOffPT;  // P^T [16 heads, 64 rows] fp16, K-major, swizzled
+    // P^T [16 heads, 64 rows] fp16, K-major, swizzled
+    const uint32_t pt = base + (kG ? kGOffPT : kFOffPT) + cg * kFewQBlock;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
@@ -939,7 +1015,7 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
       }
     }
     fence_async_smem();
-    group_sync();  // P^T complete
+    bar_sync_n(bar_id, 128);  // P^T complete
     wgmma_fence();
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb)
@@ -949,7 +1025,7 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
                      1);
     wgmma_commit();
     wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(empty);
+    if (lane == 0) mbar_arrive(empty + 8 * st);
   }
 
   // Sums over the rows: the 8 lanes of a column, then the 4 warps.
@@ -963,7 +1039,65 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
       for (int e = 0; e < 2; ++e) reds[16 * wq + 8 * j + 2 * c4 + e] = l[2 * j + e];
   }
-  group_sync();
+  bar_sync_n(bar_id, 128);
+  float lt[4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hh = 8 * j + 2 * c4 + e;
+      lt[2 * j + e] = reds[hh] + reds[16 + hh] + reds[32 + hh] + reds[48 + hh];
+    }
+  float* ost = reinterpret_cast<float*>(smem + kKV);
+  if (kMode == 2) {
+    // Group 1's unnormalized O^T goes to stage 0 (free once both groups are past their last
+    // P V; the producer wrote its last tile before that), its maxima and sums next to its
+    // scratch; group 0 rescales both to the larger maximum and adds them.
+    float* xch = reinterpret_cast<float*>(smem + kGOffRed + 1024) + 192;  // m [16], l [16]
+    bar_sync_n(4, 256);
+    if (cg == 1) {
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int hh = 8 * j + 2 * c4 + e;
+            ost[hh * kOStride + 64 * mb + rr0] = o[mb][4 * j + e];
+            ost[hh * kOStride + 64 * mb + rr1] = o[mb][4 * j + 2 + e];
+          }
+      if (wq == 0 && g == 0) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int hh = 8 * j + 2 * c4 + e;
+            xch[hh] = m[2 * j + e];
+            xch[16 + hh] = lt[2 * j + e];
+          }
+      }
+      bar_sync_n(4, 256);
+      return;
+    }
+    bar_sync_n(4, 256);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+        const float m1 = xch[hh], n = fmaxf(m[i], m1);
+        const float u = n == -kInf ? 0.f : n;  // no -inf - -inf
+        const float a0 = fast_exp2(m[i] - u), a1 = fast_exp2(m1 - u);
+        lt[i] = lt[i] * a0 + xch[16 + hh] * a1;
+        m[i] = n;
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) {
+          o[mb][4 * j + e] = o[mb][4 * j + e] * a0 + ost[hh * kOStride + 64 * mb + rr0] * a1;
+          o[mb][4 * j + 2 + e] =
+              o[mb][4 * j + 2 + e] * a0 + ost[hh * kOStride + 64 * mb + rr1] * a1;
+        }
+      }
+  }
   float inv[4];
   const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
 #pragma unroll
@@ -971,18 +1105,17 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
-      const float lt = reds[hh] + reds[16 + hh] + reds[32 + hh] + reds[48 + hh];
-      inv[i] = lt > 0.f ? 1.f / lt : 0.f;
+      inv[i] = lt[i] > 0.f ? 1.f / lt[i] : 0.f;
       if (wq == 0 && g == 0 && hh < p.heads) {
-        const float lse2 = lt > 0.f ? m[i] + log2f(lt) : -kInf;
+        const float lse2 = lt[i] > 0.f ? m[i] + log2f(lt[i]) : -kInf;
         if (p.nsplit == 1) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
         else p.lpart[part + hh] = lse2;
       }
     }
   }
   // O^T / l as fp32 [16 heads][kOStride] in the stage (free: the last P V is done, and the
-  // producer wrote its last tile before that), then stored row by row, coalesced.
-  float* ost = reinterpret_cast<float*>(smem + kFOffKV);
+  // producer wrote its last tile before that; group 0 of variant 7 overwrites only what it read
+  // itself), then stored row by row, coalesced.
 #pragma unroll
   for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
@@ -993,7 +1126,7 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
         ost[hh * kOStride + 64 * mb + rr0] = o[mb][4 * j + e] * inv[2 * j + e];
         ost[hh * kOStride + 64 * mb + rr1] = o[mb][4 * j + 2 + e] * inv[2 * j + e];
       }
-  group_sync();
+  bar_sync_n(bar_id, 128);
 #pragma unroll 4
   for (int i = 0; i < 16; ++i) {  // 16 heads x 128 chunks of 4 dims
     const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
@@ -1007,6 +1140,130 @@ __device__ void consumer_few(const DecodeParams& p, uint8_t* smem, int b, int sp
       *reinterpret_cast<float4*>(p.opart + (part + hh) * 512 + 4 * c) = v;
     }
   }
+}
+
+// The producer of variant 6: threads 0..255, four per row (thread q of row r decodes latent bytes
+// 64q..64q+63 = dims 128q..128q+127 with their 8 scales, and rope bytes 16q..16q+15). Tile k's raw
+// rows go to raw tile k % kRaw by bulk copies, one per valid row, issued by thread q = 0 of the row
+// as soon as every thread has read tile k - kRaw out of that raw tile (so tiles k + 1 and k + 2
+// are in flight while tile k waits for its fp16 stage and is decoded); the decode reads shared
+// memory only, and writes fp16 stage k & 1.
+__device__ void producer_few2(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1,
+                              int ntiles) {
+  const int pt = threadIdx.x, r = pt >> 2, q = pt & 3, lane = pt & 31;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full = base + kGOffBar, empty = full + 16, rawfull = full + 32;
+  const uint32_t raw_row = base + kGOffRaw + r * kRowBytes;  // this row in raw tile 0
+  const int32_t* idx = p.idx + b * p.stride_ib;
+  auto slot_of = [&](int k) {
+    const int t = t0 + k * kTile + r;
+    return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+  };
+  // Row r of tile k (< ntiles) into raw tile k % kRaw: its bytes counted on that tile's barrier,
+  // or an arrival alone for padding (decoded as zeros below, from the valid flag).
+  auto issue = [&](int k, int slot) {
+    const int rs = k % kRaw;
+    const uint32_t bar = rawfull + 8 * rs;
+    smem[kGOffRawValid + rs * 64 + r] = slot >= 0;
+    if (slot >= 0) {
+      mbar_arrive_expect_tx(bar, kRowBytes);
+      bulk_g2s(raw_row + rs * kRawBytes, p.cache + static_cast<int64_t>(slot) * kRowBytes,
+               kRowBytes, bar);
+    } else {
+      mbar_arrive(bar);
+    }
+  };
+  int nslot = -1;  // thread q = 0: the slot of tile k + kRaw, loaded a tile early
+  if (q == 0) {
+    static_assert(kRaw == 2, "the prologue below issues two tiles");
+    const int s0 = slot_of(0), s1 = slot_of(1);  // the three index loads in flight together
+    nslot = slot_of(2);
+    issue(0, s0);
+    if (ntiles > 1) issue(1, s1);
+  }
+  for (int k = 0; k < ntiles; ++k) {
+    const int rs = k % kRaw, st = k & 1;
+    mbar_wait(rawfull + 8 * rs, (k / kRaw) & 1);
+    const uint32_t raw = raw_row + rs * kRawBytes;
+    const bool valid = smem[kGOffRawValid + rs * 64 + r];
+    // padding rows: whatever the raw tile holds there (an older row, or nothing) becomes zeros
+    // (P is 0 there, but 0 x NaN would not be)
+    const uint32_t keep = valid ? 0xFFFFFFFFu : 0u;
+    uint4 lat[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = ld_smem(raw + 64 * q + 16 * i);
+      lat[i] = make_uint4(v.x & keep, v.y & keep, v.z & keep, v.w & keep);
+    }
+    uint4 rope = ld_smem(raw + 256 + 16 * q);
+    rope = make_uint4(rope.x & keep, rope.y & keep, rope.z & keep, rope.w & keep);
+    uint2 sc = ld_smem2(raw + 320 + 8 * q);
+    sc = make_uint2(sc.x & keep, sc.y & keep);
+    // Every thread has its part of raw tile rs in registers: refill it with tile k + kRaw.
+    producer_sync();
+    if (q == 0 && k + kRaw < ntiles) {
+      fence_async_smem();  // the reads above before the async proxy's writes
+      issue(k + kRaw, nslot);
+      nslot = slot_of(k + kRaw + 1);
+    }
+    mbar_wait(empty + 8 * st, ((k >> 1) & 1) ^ 1);  // stage free
+    const uint32_t tile = base + kGOffKV + st * kTileBytes;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // latent chunk c = 4q + i: dims 32c..32c+31 (fp16 block c / 2, its 16-byte chunks
+      // 4 (c & 1) ..), scales 2c (words 0, 1) and 2c + 1 (words 2, 3): bytes 2i, 2i + 1 of sc
+      const uint32_t sw = (i < 2 ? sc.x : sc.y) >> (16 * (i & 1));
+      const uint32_t s2 = hmul2(e4m3x2_to_f16x2(sw), 0x54005400u);  // x 2**6
+      const uint32_t sa = __byte_perm(s2, 0, 0x1010), sb = __byte_perm(s2, 0, 0x3232);
+      const uint32_t block = tile + (2 * q + (i >> 1)) * kBlockBytes;
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        st_smem(block + swz(r, 4 * (i & 1) + w), decode8(word(lat[i], w), w < 2 ? sa : sb));
+    }
+    {  // rope dims 512 + 16q ..: block 8, 16-byte chunks 2q, 2q + 1
+      const uint32_t block = tile + 8 * kBlockBytes;
+      st_smem(block + swz(r, 2 * q),
+              make_uint4(e4m3x2_to_f16x2(rope.x), e4m3x2_to_f16x2(rope.x >> 16),
+                         e4m3x2_to_f16x2(rope.y), e4m3x2_to_f16x2(rope.y >> 16)));
+      st_smem(block + swz(r, 2 * q + 1),
+              make_uint4(e4m3x2_to_f16x2(rope.z), e4m3x2_to_f16x2(rope.z >> 16),
+                         e4m3x2_to_f16x2(rope.w), e4m3x2_to_f16x2(rope.w >> 16)));
+    }
+    if (q == 0) smem[kGOffValid + st * 64 + r] = valid;
+    fence_async_smem();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(full + 8 * st);  // one arrival per producer warp
+  }
+}
+
+// Variants 6, 7 with H <= 16: two producer warp groups gathering by bulk copies two tiles ahead and
+// decoding from shared memory, two fp16 stages, one CTA per SM; one consumer group (kMode 1) or two
+// on alternate tiles (kMode 2).
+template <int kMode>
+__global__ void __launch_bounds__(kMode == 2 ? 512 : 384, 1)
+    decode_few2_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // swizzle atoms
+  const int split = blockIdx.y, b = blockIdx.z;
+  const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
+  const int ntiles = (t1 - t0 + kTile - 1) / kTile;
+  const uint32_t bar = smem_u32(smem + kGOffBar);
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 8);       // full[2]: every producer warp
+    mbar_init(bar + 8, 8);
+    mbar_init(bar + 16, 4);  // empty[2]: every consumer warp
+    mbar_init(bar + 24, 4);
+#pragma unroll
+    for (int i = 0; i < kRaw; ++i) mbar_init(bar + 32 + 8 * i, 64);  // raw full: every row
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the async proxy
+  }
+  __syncthreads();
+  if (threadIdx.x < 256) producer_few2(p, smem, b, t0, t1, ntiles);
+  else consumer_few<kMode>(p, smem, b, split, ntiles);
+#else
+  __trap();
+#endif
 }
 
 template <bool kLate>
@@ -1028,7 +1285,7 @@ __global__ void __launch_bounds__(256, 2) decode_few_kernel(const __grid_constan
     producer<true, 1, kFOffKV, kFOffValid, kFOffBar, kLate>(p, smem, b, t0, t1, ntiles);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFConsumerRegs));
-    consumer_few(p, smem, b, split, ntiles);
+    consumer_few<0>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
@@ -1089,6 +1346,16 @@ cudaError_t launch_few(const DecodeParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <int kMode>
+cudaError_t launch_few2(const DecodeParams& p, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_few2_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(1, p.nsplit, p.batch);
+  decode_few2_kernel<kMode><<<grid, kMode == 2 ? 512 : 384, kGSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <int kVariant>
 cudaError_t launch(const DecodeParams& p, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
@@ -1111,6 +1378,8 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 3: return launch<3>(p, stream);
     case 4: return p.heads <= kFewHeads ? launch_few<false>(p, stream) : launch<2>(p, stream);
     case 5: return p.heads <= kFewHeads ? launch_few<true>(p, stream) : launch<5>(p, stream);
+    case 6: return p.heads <= kFewHeads ? launch_few2<1>(p, stream) : launch<5>(p, stream);
+    case 7: return p.heads <= kFewHeads ? launch_few2<2>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

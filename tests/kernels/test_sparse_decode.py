@@ -178,14 +178,19 @@ def test_cuda_variants_match_reference_glm_shapes(
 @variants
 @pytest.mark.parametrize(
     ("heads", "topk", "splits"),
-    [(20, 96, 1), (20, 96, 2), (72, 200, 1), (16, 2048, 32), (128, 1000, 3), (64, 448, 1)],
-)
+    [
+        (20, 96, 1), (20, 96, 2), (72, 200, 1), (16, 2048, 32), (128, 1000, 3), (64, 448, 1),
+        (16, 1000, 1), (16, 448, 2),
+    ],
+)  # fmt: skip
 def test_cuda_matches_reference_small(
     variant: int, heads: int, topk: int, splits: int, gen: torch.Generator
 ) -> None:
     # Partial head blocks (20; 72 = 64 + 8), partial tiles (96 = 64 + 32 rows), one split (the
     # kernel writes out itself) or several (the combine kernel merges them; 32: two steps of 16);
-    # 7 tiles in one split (both stages reused: an odd count ends on stage 0).
+    # 7 tiles in one split (both stages reused: an odd count ends on stage 0); at 16 heads 16 tiles
+    # in one split, the last one partial (variants 6, 7: the raw ring and both stages wrap many
+    # times, and group 1 of 7 ends on an odd tile), and 4 tiles per split.
     _check(
         KVFormat.NVFP4, bsz=3, heads=heads, topk=topk, pool=1 << 12, gen=gen, config=None,
         rtol=1e-2, decode=_cuda(splits, variant),
