@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rollfleet.paths import ROOT
+
 CGROUP_CHOICES = ("auto", "none")
 
 
@@ -56,8 +58,7 @@ class SandboxPolicy:
 
 def _hidden_dirs() -> tuple[str, ...]:
     """Home folders, temp folders and this checkout (hidden tests and tasks live there)."""
-    project = str(Path(__file__).resolve().parents[1])
-    return ("/root", "/home", "/tmp", "/var/tmp", "/run", project)
+    return ("/root", "/home", "/tmp", "/var/tmp", "/run", str(ROOT))
 
 
 def _interpreter_dirs() -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from envs.sandbox import SandboxFailure
 from envs.workspace import Workspace, truncate
-from toolschema import schema_problems
+from rollfleet.toolschema import schema_problems
 
 
 def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:

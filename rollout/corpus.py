@@ -163,26 +163,25 @@ def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from envs import EnvConfig, load
-    from rollout.config import ConfigError, typed
+    from rollfleet.cli import ConfigError, bad_config, typed
+    from rollfleet.run_dir import RunDir
 
     disable_progress_bars()
-    if not argv or not (Path(argv[0]) / "dataset").is_dir():
-        print("usage: python -m rollout.corpus RUN_DIR [corpus.KEY=VALUE ...] "
-              "(RUN_DIR: a finished run folder)", file=sys.stderr)
-        return 2
-    run_dir = Path(argv[0])
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    if not argv or not RunDir(Path(argv[0])).dataset.is_dir():
+        return bad_config("usage: python -m rollout.corpus RUN_DIR [corpus.KEY=VALUE ...] "
+                          "(RUN_DIR: a finished run folder)")
+    run = RunDir(Path(argv[0]))
+    cfg = OmegaConf.load(run.config_file)
     overrides = OmegaConf.from_dotlist([a.removeprefix("corpus.") for a in argv[1:]])
     try:
         corpus = typed(CorpusConfig, OmegaConf.merge(cfg.get("corpus", {}), overrides), "corpus")
         env = load(typed(EnvConfig, cfg.env, "env"))
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    records = load_from_disk(str(run_dir / "dataset")).to_list()
-    sft, _, removed = build(records, env.tools, corpus, run_dir / "corpus",
-                            source_of(run_dir, records, cfg))
-    print(corpus_message(len(sft), len(records), removed, run_dir / "corpus"))
+        return bad_config(str(exc))
+    records = load_from_disk(str(run.dataset)).to_list()
+    sft, _, removed = build(records, env.tools, corpus, run.corpus,
+                            source_of(run.path, records, cfg))
+    print(corpus_message(len(sft), len(records), removed, run.corpus))
     return 0
 
 

@@ -11,7 +11,6 @@ anything.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -23,6 +22,7 @@ from datasets import load_from_disk
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rollfleet.run_dir import RunDir
 from rollout.evals import (
     Estimate,
     TaskResult,
@@ -47,15 +47,13 @@ class Member:
 
 def load_members(sweep_dir: Path) -> list[Member]:
     members = []
-    for dataset in sorted(sweep_dir.glob("*/dataset")):
-        run = dataset.parent
-        overrides_file = run / ".hydra" / "overrides.yaml"
-        overrides = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
-        summary_file = run / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-        records = load_from_disk(str(dataset)).to_list()
-        members.append(Member(run.name, run, [str(o) for o in overrides], records, summary,
-                              task_results(records)))
+    for dataset in sorted(sweep_dir.glob(f"*/{RunDir(Path()).dataset.name}")):
+        run = RunDir(dataset.parent)
+        overrides = (list(OmegaConf.load(run.overrides_file)) if run.overrides_file.is_file()
+                     else [])
+        records = load_from_disk(str(run.dataset)).to_list()
+        members.append(Member(run.path.name, run.path, [str(o) for o in overrides], records,
+                              run.summary(), task_results(records)))
     if not members:
         raise FileNotFoundError(f"{sweep_dir} holds no run folder with a dataset/ "
                                 "(is it a sweep folder whose members finished?)")
@@ -229,7 +227,7 @@ def _save(fig, path: Path) -> None:
 
 
 def _log_wandb(sweep_dir: Path, members: list[Member], figures, ks) -> None:
-    cfg_file = members[0].path / ".hydra" / "config.yaml"
+    cfg_file = RunDir(members[0].path).config_file
     logger = OmegaConf.load(cfg_file).get("logger", {}) if cfg_file.is_file() else {}
     if logger.get("backend", "wandb") != "wandb" or logger.get("mode") == "disabled":
         return

@@ -7,13 +7,14 @@ error, Ctrl-C, SIGTERM); SIGTERM ends the job with one line and exit code 143.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
-import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,18 +29,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import EnvError, load
+from rollfleet.cli import ConfigError, Terminated, bad_config, one_line, terminate_on_sigterm
+from rollfleet.paths import CONF
+from rollfleet.paths import cache_dir as cache_dir_of
+from rollfleet.run_dir import RunDir
 from rollout.admission import FixedWindow, KvBudget
 from rollout.config import (
-    ConfigError,
     RolloutConfig,
     config_hash,
-    project_root,
     register_schemas,
     validate,
 )
 from rollout.corpus import build as build_corpus
 from rollout.corpus import corpus_message, source_of
-from rollout.model_client import SamplingConfig, check_sampling
+from rollout.model_client import check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
 from rollout.session import SessionLimits
@@ -49,15 +52,8 @@ from rollout.summary import RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving import (
-    Cluster,
-    Endpoint,
-    MetricsError,
-    ServingError,
-    engine_urls,
-    kv_state,
-    prefix_hits,
-)
+from serving import MetricsError, Roster, ServingError
+from serving.cluster import Cluster
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError, RunAborted)
@@ -73,14 +69,6 @@ def _versions() -> str:
             continue
     found["python"] = platform.python_version()
     return json.dumps(found, sort_keys=True)
-
-
-class Terminated(BaseException):
-    """SIGTERM: unwinds like Ctrl-C, so every `finally` stops what it started."""
-
-
-def _terminate(signum: int, _frame: Any) -> None:
-    raise Terminated()
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -106,19 +94,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                         {k: v for k, v in earlier.items() if k.startswith("engine_")})
         dataset = sink.finalize()
         records = dataset.to_list()
-        trainer = save_trainer_view(dataset, run_dir / "trainer")
+        trainer = save_trainer_view(dataset, RunDir(run_dir).trainer)
         this_run = time.perf_counter() - start if jobs else 0.0
         summary = summarize(records, this_run + float(earlier.get("wall_s", 0.0))) | engine_cache
         summary.update(rollouts_this_run=len(jobs), wall_s_this_run=this_run,
                        dataset=str(sink.dataset_dir), dataset_rows=len(dataset),
                        trainer_rows=len(trainer))
         if groups["corpus"].enabled:
-            sft, _, removed = build_corpus(records, env.tools, groups["corpus"],
-                                           run_dir / "corpus", source_of(run_dir, records, cfg))
+            corpus_dir = RunDir(run_dir).corpus
+            sft, _, removed = build_corpus(records, env.tools, groups["corpus"], corpus_dir,
+                                           source_of(run_dir, records, cfg))
             summary["corpus_rows"] = len(sft)
-            print(corpus_message(len(sft), len(records), removed, run_dir / "corpus"),
-                  file=sys.stderr)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            print(corpus_message(len(sft), len(records), removed, corpus_dir), file=sys.stderr)
+        RunDir(run_dir).write_summary(summary)
         print_summary(summary)
         return summary
     finally:
@@ -127,10 +115,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def _earlier_summary(run_dir: Path, done: set[str]) -> dict[str, Any]:
     """A resumed run's summary covers the whole run: what earlier invocations summed up."""
-    path = run_dir / "summary.json"
-    if not done or not path.is_file():
-        return {}
-    return json.loads(path.read_text())
+    return RunDir(run_dir).summary() if done else {}
 
 
 def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir: Path,
@@ -139,20 +124,20 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
     engines' prefix-cache figures."""
     model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
     env_cfg = groups["env"]
-    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else project_root() / ".cache"
-    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else Cluster)
-    with serving(groups["serving"], model, run_dir, cache_dir) as endpoint:
-        counted = _prefix_counters(endpoint)  # a sweep's engines may have served earlier members
+    cache_dir = cache_dir_of(cfg.cache_dir)
+    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else _own_cluster)
+    with serving(groups["serving"], model, run_dir, cache_dir) as cluster:
+        endpoint, roster = cluster.endpoint, cluster.roster
+        counted = _prefix_counters(roster)  # a sweep's engines may have served earlier members
         provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
                                 config_hash(cfg), int(cfg.seed), _versions())
-        sampling = SamplingConfig(rollout.temperature, rollout.top_p, rollout.tool_choice,
-                                  rollout.parallel_tool_calls, rollout.tool_constraint)
+        sampling = rollout.sampling()
         try:
             check_sampling(endpoint, sampling)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)
-        signal.signal(signal.SIGTERM, _terminate)  # ray.init installs its own handler
+        terminate_on_sigterm()  # ray.init installs its own handler
         try:
             per_actor = -(-rollout.max_sessions // rollout.workers)
             worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
@@ -161,9 +146,9 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
             scheduler = Scheduler(
                 lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits, int(cfg.seed),
                                           provenance),
-                rollout.workers, _admission(rollout, endpoint), rollout.max_retries,
+                rollout.workers, _admission(rollout, roster), rollout.max_retries,
                 provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
-                lambda: dict(endpoint.engine_names))
+                roster.names)
             with _progress() as progress:
                 bar = progress.add_task("sessions", total=len(jobs), status="")
                 tally = RunningTally()
@@ -177,7 +162,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                         scheduler.in_flight, time.perf_counter() - started))
 
                 scheduler.run(jobs, on_record)
-            return _engine_cache(endpoint, counted)
+            return _engine_cache(roster, counted)
         finally:
             ray.shutdown()
 
@@ -205,26 +190,26 @@ def _init_ray(address: str | None, num_cpus: float) -> None:
                  include_dashboard=False, **kwargs)
 
 
-def _admission(cfg: RolloutConfig, endpoint: Endpoint) -> FixedWindow | KvBudget:
+def _admission(cfg: RolloutConfig, roster: Roster) -> FixedWindow | KvBudget:
     if cfg.admission == "fixed":
         return FixedWindow(cfg.max_sessions)
-    urls = engine_urls(endpoint.metrics_urls)
-    return KvBudget(lambda: [kv_state(u) for u in urls.values()], cfg.samples_per_task,
-                    cfg.max_sessions, cfg.kv_fill, cfg.session_tokens_guess)
+    # the roster as it is at each poll: a restarted engine answers on its new address
+    return KvBudget(roster.kv_states, cfg.samples_per_task, cfg.max_sessions, cfg.kv_fill,
+                    cfg.session_tokens_guess)
 
 
-def _prefix_counters(endpoint: Endpoint) -> dict[str, dict[str, float]]:
+def _prefix_counters(roster: Roster) -> dict[str, dict[str, float]]:
     try:
-        return prefix_hits(endpoint.metrics_urls)
+        return roster.prefix_hits()
     except MetricsError as exc:
         log.warning("engine metrics unavailable: %s", exc)
         return {}
 
 
-def _engine_cache(endpoint: Endpoint, before: dict[str, dict[str, float]]) -> dict[str, Any]:
+def _engine_cache(roster: Roster, before: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The engines' own prefix-cache counters (Prometheus) over this run, for the summary and
     wandb."""
-    now = _prefix_counters(endpoint)
+    now = _prefix_counters(roster)
     if not now:
         return {}
     zero = {"queries": 0.0, "hits": 0.0}
@@ -236,6 +221,14 @@ def _engine_cache(endpoint: Endpoint, before: dict[str, dict[str, float]]) -> di
             **{f"engine_{name}_prefix_hits": int(s["hits"]) for name, s in stats.items()}}
 
 
+@contextlib.contextmanager
+def _own_cluster(serving: Any, model: Any, run_dir: Path, cache_dir: Path) -> Iterator[Cluster]:
+    """The job's cluster, started for this run and stopped at its end."""
+    cluster = Cluster(serving, model, run_dir, cache_dir)
+    with cluster:
+        yield cluster
+
+
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
@@ -244,15 +237,14 @@ def _progress() -> Progress:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    terminate_on_sigterm()
     datasets.disable_progress_bars()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: run.log only
     try:
         run(cfg)
     except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(bad_config(str(exc)))
     except Terminated:
         out = HydraConfig.get().runtime.output_dir
         print(f"error: stopped by SIGTERM; finished rollouts are on disk in {out} "
@@ -277,17 +269,13 @@ def _check_overrides(argv: list[str]) -> None:
 
     member = overrides
     try:
-        with initialize_config_dir(str(project_root() / "conf"), version_base="1.3"):
+        with initialize_config_dir(str(CONF), version_base="1.3"):
             for member in _sweep_members(overrides) if multirun else [overrides]:
                 validate(compose("config", overrides=member))
     except (ConfigError, HydraException, OmegaConfBaseException) as exc:
-        text = f"{exc}\n{exc.__cause__}" if exc.__cause__ else str(exc)
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()
-                 and not ln.strip().startswith(("Config search path", "provider="))]
         name = " ".join(o for o in member if not o.startswith("hydra."))
         where = f"sweep member `{name}`: " if multirun else ""
-        print(f"error: {where}{' '.join(lines)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(bad_config(where + one_line(exc)))
 
 
 def _sweep_members(overrides: list[str]) -> list[list[str]]:

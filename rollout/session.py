@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs import Environment, SandboxError
-from rollout.model_client import CallBudgetExhausted, Completion, ModelClient
+from rollout.model_client import CallBudgetExhausted, ModelClient
 from rollout.record import (
     Job,
     Outcome,
@@ -29,7 +29,7 @@ from rollout.record import (
     build_record,
     prefix_break,
 )
-from serving import PromptTooLong, ServerUnavailable
+from serving import PromptTooLong, ServerUnavailable, ToolTurn
 
 log = logging.getLogger(__name__)
 NO_CALL_NUDGE = "No valid tool call was found in your reply. Reply with exactly one tool call."
@@ -152,7 +152,7 @@ class Session:
         if submitted:
             raise Submitted()
 
-    def _check_prefix(self, n: int, done: Completion) -> None:
+    def _check_prefix(self, n: int, done: ToolTurn) -> None:
         """The prompt the server ran must extend the previous prompt + completion."""
         ran = done.generation.prompt_token_ids
         if not ran:
@@ -170,7 +170,7 @@ class Session:
                     "the prompt does not extend the last turn" if self.client.token_in else
                     "the server rendered the prompt from messages (tool_constraint=stock)")))
 
-    async def _run_tools(self, episode, done: Completion
+    async def _run_tools(self, episode, done: ToolTurn
                          ) -> tuple[list[ToolCallRecord], list[dict], bool, float]:
         """Run each call exactly as sampled; a call with any issue is not run, and the model is
         told why."""
@@ -202,7 +202,7 @@ class Session:
         return build_record(self.job, self.provenance, outcome, self.trace, self.timings)
 
 
-def _turn_record(n: int, done: Completion, calls: list[ToolCallRecord], tool_s: float,
+def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: float,
                  logprobs_mode: str) -> TurnRecord:
     gen, s = done.generation, done.sampling
     return TurnRecord(
@@ -210,7 +210,7 @@ def _turn_record(n: int, done: Completion, calls: list[ToolCallRecord], tool_s: 
         completion_logprobs=gen.logprobs, logprobs_mode=logprobs_mode,
         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed,
         finish_reason=gen.finish_reason, content=done.content, reasoning=done.reasoning,
-        tool_calls=calls, constraint=done.constraint, issues=done.turn_issues,
+        tool_calls=calls, constraint=done.constraint, issues=done.issues,
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
         latency_s=gen.latency_s, tool_s=tool_s)

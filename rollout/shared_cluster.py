@@ -15,7 +15,8 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from serving import Cluster, Endpoint, ModelConfig, ServingConfig
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -26,31 +27,29 @@ class SharedCluster:
     def __init__(self) -> None:
         self._key: tuple[ServingConfig, ModelConfig, Path] | None = None
         self._cluster: Cluster | None = None
-        self._endpoint: Endpoint | None = None
 
     @contextlib.contextmanager
     def use(self, serving: ServingConfig, model: ModelConfig, run_dir: Path,
-            cache_dir: Path) -> Iterator[Endpoint]:
+            cache_dir: Path) -> Iterator[Cluster]:
         key = (serving, model, cache_dir)
         if self._cluster is not None and key != self._key:
             log.info("this sweep member serves with other settings: stopping the shared cluster")
             self.stop()
         if self._cluster is None:
             cluster = Cluster(serving, model, run_dir, cache_dir)
-            self._endpoint = cluster.__enter__()  # stops what it started if it fails
+            cluster.__enter__()  # stops what it started if it fails
             self._cluster, self._key = cluster, key
         else:
             log.info("reusing this sweep's serving cluster (its logs are in %s)",
                      self._cluster.run_dir)
-        assert self._endpoint is not None
         try:
-            yield self._endpoint
+            yield self._cluster
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        cluster, self._cluster, self._endpoint, self._key = self._cluster, None, None, None
+        cluster, self._cluster, self._key = self._cluster, None, None
         if cluster is not None:
             cluster.stop()
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Dataset, concatenate_datasets
 
+from rollfleet.run_dir import RunDir
 from rollout.record import FEATURES
 
 
@@ -27,8 +28,8 @@ class SchemaError(ValueError):
 
 class RecordSink:
     def __init__(self, run_dir: Path, shard_size: int = 64) -> None:
-        self.data_dir = run_dir / "data"
-        self.dataset_dir = run_dir / "dataset"
+        self.data_dir = RunDir(run_dir).data
+        self.dataset_dir = RunDir(run_dir).dataset
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.shard_size = shard_size
         self.schema = FEATURES.arrow_schema

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from datasets import Dataset, Features, List, Value, load_from_disk
 
+from rollfleet.cli import bad_config
+from rollfleet.run_dir import RunDir
+
 TRAINER_FEATURES = Features({
     "rollout_id": Value("string"),
     "group_id": Value("string"),
@@ -59,12 +62,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m rollout.trainer_view RUN_DIR", file=sys.stderr)
         return 2
-    run_dir = Path(argv[0])
-    if not (run_dir / "dataset").is_dir():
-        print(f"error: {run_dir} has no dataset/ (is it a finished run folder?)", file=sys.stderr)
-        return 2
-    view = save_trainer_view(load_from_disk(str(run_dir / "dataset")), run_dir / "trainer")
-    print(f"{len(view)} sessions -> {run_dir / 'trainer'}")
+    run = RunDir(Path(argv[0]))
+    try:
+        dataset = load_from_disk(str(run.require_dataset()))
+    except FileNotFoundError as exc:
+        return bad_config(str(exc))
+    view = save_trainer_view(dataset, run.trainer)
+    print(f"{len(view)} sessions -> {run.trainer}")
     return 0
 
 

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from serving import Cluster, ModelConfig, ServingConfig
+from rollfleet.paths import ROOT
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
 from serving.metrics import histogram, quantile
 
 ITL = "vllm:inter_token_latency_seconds"
@@ -104,18 +106,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/disagg.json"))
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on the way out
-    root = Path(__file__).resolve().parents[1]
     model = ModelConfig(max_model_len=max(4096, args.long_prompt + 64))
     results = {}
     for name, topology in VARIANTS.items():
         cfg = ServingConfig(session_affinity="off", **topology)
         with tempfile.TemporaryDirectory(prefix="bench-disagg-") as tmp, \
-                Cluster(cfg, model, Path(tmp), root / ".cache") as endpoint:
+                Cluster(cfg, model, Path(tmp), ROOT / ".cache") as cluster:
+            endpoint = cluster.endpoint
             vocab = range(100, min(endpoint.markup_token_ids.values()))
             url = endpoint.base_url.removesuffix("/v1")
             asyncio.run(load(url, model.name, argparse.Namespace(
                 **{**vars(args), "seconds": 8}), vocab))  # warm both paths
-            engines = [u for k, u in endpoint.metrics_urls.items() if k != "router"]
+            engines = list(cluster.roster.metrics_urls().values())
             before = [histogram(u, ITL) for u in engines]
             results[name] = asyncio.run(load(url, model.name, args, vocab))
             itl = {}

@@ -40,11 +40,14 @@ from importlib import metadata
 from pathlib import Path
 
 import httpx
-from bench_routing import make_sessions, one_turn, pct  # scripts/: the same sessions, turns
+from bench_routing import make_sessions, one_turn  # scripts/: the same sessions, turns
 
-from serving import Cluster, ModelConfig, ServingConfig
+from rollfleet.paths import ROOT
+from rollfleet.stats import percentile
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
 from serving.dynamo.frontend import DynamoFrontend
-from serving.metrics import MetricsError, engine_urls, fetch, total
+from serving.metrics import MetricsError, fetch, total
 
 POLICIES = {
     "round_robin": {"router_mode": "round-robin", "session_affinity": "off"},
@@ -83,7 +86,7 @@ async def replay(url: str, model: str, sessions: list[list[list[int]]], args, ta
 
 def counters(urls: dict[str, str]) -> dict[str, float]:
     out = dict.fromkeys(COUNTERS, 0.0)
-    for url in engine_urls(urls).values():
+    for url in urls.values():
         metrics = fetch(url)
         for name in COUNTERS:
             # an engine without a connector reports no external prefix cache
@@ -98,7 +101,7 @@ class KvUseSampler(threading.Thread):
 
     def __init__(self, urls: dict[str, str], interval_s: float) -> None:
         super().__init__(daemon=True)
-        self.urls = engine_urls(urls)
+        self.urls = urls
         self.interval_s = interval_s
         self.samples: dict[str, list[tuple[float, float]]] = {name: [] for name in self.urls}
         self._done = threading.Event()
@@ -151,7 +154,8 @@ def summarize(turns: list[dict], before: dict, after: dict, wall_s: float,
 
     def block(rows: list[dict]) -> dict:
         ttft = [t["ttft_s"] for t in rows]
-        return {"turns": len(rows), "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90),
+        return {"turns": len(rows), "ttft_p50_s": percentile(ttft, 0.5),
+                "ttft_p90_s": percentile(ttft, 0.9),
                 "prompt_tokens": sum(t["prompt"] for t in rows),
                 "recomputed_tokens": sum(t["prompt"] - t["cached"] for t in rows),
                 "cached_tokens": sum(t["cached"] for t in rows)}
@@ -178,19 +182,19 @@ def run_cluster(tier: str, args, root: Path, model: ModelConfig, policies: list[
                         extra_args=["--num-gpu-blocks-override", str(args.kv_blocks)])
     results = {}
     with tempfile.TemporaryDirectory(prefix=f"bench-kvtier-{tier}-") as tmp:
-        cluster = Cluster(cfg, model, Path(tmp), root / ".cache")
+        cluster = Cluster(cfg, model, Path(tmp), ROOT / ".cache")
         with cluster as endpoint:
             vocab = range(100, min(endpoint.markup_token_ids.values()))
             for name in policies:
                 front = DynamoFrontend(name, replace(cfg, **POLICIES[name]), Path(tmp),
-                                       cluster.plane.env())
-                cluster.frontends.append(front)  # stopped with the cluster on any exit
+                                       cluster.topology.plane.env())
+                cluster.topology.frontends.append(front)  # stopped with the cluster on any exit
                 front.start()
                 front.wait_model(model.name, time.monotonic() + 120)
                 sessions = make_sessions(args, seed=1000 + list(POLICIES).index(name),
                                          vocab=vocab)
-                before = counters(endpoint.metrics_urls)
-                sampler = KvUseSampler(endpoint.metrics_urls, args.sample_s)
+                before = counters(cluster.roster.metrics_urls())
+                sampler = KvUseSampler(cluster.roster.metrics_urls(), args.sample_s)
                 sampler.start()
                 start = time.perf_counter()
                 try:
@@ -200,14 +204,14 @@ def run_cluster(tier: str, args, root: Path, model: ModelConfig, policies: list[
                     sampler.stop()
                 wall = time.perf_counter() - start
                 time.sleep(1)  # the engines' counters catch up
-                names = {int(iid, 16): n for iid, n in endpoint.engine_names.items()}
+                names = {int(iid, 16): n for iid, n in cluster.roster.names().items()}
                 busy = busy_figures(turns, sampler, names, cfg.busy_threshold)
-                results[name] = summarize(turns, before, counters(endpoint.metrics_urls), wall,
-                                          busy)
+                after = counters(cluster.roster.metrics_urls())
+                results[name] = summarize(turns, before, after, wall, busy)
                 brief = {k: v for k, v in results[name].items() if k != "turns"}
                 print(f"[bench] tier={tier} {name}: {json.dumps(brief)}", flush=True)
                 front.stop()
-                cluster.frontends.remove(front)
+                cluster.topology.frontends.remove(front)
             if cluster.kv_tier is not None:
                 restarts = cluster.kv_tier.restarts
                 if restarts:
@@ -256,8 +260,7 @@ def main() -> None:
         sys.exit(f"error: a session grows to {longest} tokens, more than one engine's KV "
                  f"cache ({args.kv_blocks} x 128); raise --kv-blocks")
     model = ModelConfig(max_model_len=max(longest + 64, 4096))
-    root = Path(__file__).resolve().parents[1]
-    results = {tier: run_cluster(tier, args, root, model, policies)
+    results = {tier: run_cluster(tier, args, ROOT, model, policies)
                for tier in args.tiers.split(",")}
 
     working_set = args.sessions * (args.first_max + args.first_min) // 2

@@ -48,13 +48,13 @@ import datasets
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from serving import Cluster, ModelConfig, ServingConfig  # noqa: E402
-from serving.dynamo.mocker import trace_line, write_trace  # noqa: E402
-from serving.metrics import Sample, parse, quantile, total  # noqa: E402
-from serving.process import free_port  # noqa: E402
+from rollfleet.paths import ROOT
+from rollfleet.stats import percentile
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
+from serving.dynamo.mocker import trace_line, write_trace
+from serving.metrics import Sample, parse, quantile, total
+from serving.process import free_port
 
 PARTS = ("ceiling", "vf", "grammar", "admission")
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
@@ -335,15 +335,6 @@ def in_flight(sp: list[tuple[float, float]], a: float, b: float) -> float:
     return sum(max(0.0, min(e, b) - max(s, a)) for s, e in sp) / max(b - a, 1e-9)
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
 def histogram_of(parsed: dict[str, list[Sample]], name: str) -> dict[float, float]:
     buckets: dict[float, float] = {}
     for s in parsed.get(f"{name}_bucket", []):
@@ -471,8 +462,8 @@ def ceiling_figures(job: dict[str, Any], n: int) -> dict[str, Any]:
         # neither model (as the frontend timed it) nor tools nor scoring: the goal's share
         "not_model_not_tools_share": round((wall - model_frontend - tools - score) / wall, 4),
         "retry_causes": _retry_causes(job["log"]),
-        "session_wall_p50_s": round(pct([r["timings"]["wall_s"] for r in recs], 0.5), 2),
-        "turn_latency_p50_s": round(pct([t["latency_s"] for r in recs for t in r["turns"]],
+        "session_wall_p50_s": round(percentile([r["timings"]["wall_s"] for r in recs], 0.5), 2),
+        "turn_latency_p50_s": round(percentile([t["latency_s"] for r in recs for t in r["turns"]],
                                         0.5), 3),
         "cpu_s": {k: round(v, 1) for k, v in sorted(cpu.items())},
         "cpu_s_per_session": {k: round(v / len(recs), 4) for k, v in sorted(cpu.items())},
@@ -547,7 +538,7 @@ def generation_tokens(url: str) -> float:
 def versus_vf(args, work: Path, endpoint) -> dict[str, Any]:
     print("\n== part 2: rollfleet vs vf-eval, same tasks, model, samples and endpoint", flush=True)
     quiet = wait_quiet(args.max_load, args.max_wait_s, "vf")
-    metrics = next(iter(endpoint.metrics_urls.values()))
+    metrics = endpoint.base_url.removesuffix("/v1") + "/metrics"  # the embedded engine's
     before = generation_tokens(metrics)
     start = time.time()
     job = run_job(["+experiment=swe_rl", "serving=external",
@@ -649,7 +640,7 @@ def grammar_cost(args, endpoint) -> dict[str, Any]:
                 "stock grammar": {"structured_outputs": {"structural_tag": stock_json}},
                 "project grammar": {"structured_outputs": {"structural_tag": project.json()}}}
     url = endpoint.base_url.removesuffix("/v1")
-    metrics = next(iter(endpoint.metrics_urls.values()))
+    metrics = endpoint.base_url.removesuffix("/v1") + "/metrics"  # the embedded engine's
     n = args.itl_tokens
     names = list(variants)
     rows: dict[str, list[dict]] = {v: [] for v in names}
@@ -724,7 +715,8 @@ def one_request(http: httpx.Client, url: str, metrics: str, model: str, prompt: 
 
 def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
     return {"median": round(statistics.median(values), digits),
-            "p25": round(pct(values, 0.25), digits), "p75": round(pct(values, 0.75), digits),
+            "p25": round(percentile(values, 0.25), digits),
+            "p75": round(percentile(values, 0.75), digits),
             "min": round(min(values), digits), "max": round(max(values), digits)}
 
 

@@ -22,7 +22,6 @@ import json
 import platform
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -33,7 +32,10 @@ from pathlib import Path
 
 import httpx
 
-from serving import Cluster, ModelConfig, ServingConfig
+from rollfleet.paths import ROOT
+from rollfleet.stats import percentile
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
 from serving.dynamo.frontend import DynamoFrontend
 from serving.frontdoor import OVERLOADED, overload_waits
 from serving.metrics import block_size, prefix_hits
@@ -118,11 +120,6 @@ async def replay(url: str, model: str, sessions: list[list[list[int]]], args, bl
     return turns
 
 
-def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 \
-        else (values[0] if values else 0.0)
-
-
 def summarize(turns: list[dict], before: dict, after: dict, wall_s: float) -> dict:
     queries = sum(after[e]["queries"] - before[e]["queries"] for e in after)
     hits = sum(after[e]["hits"] - before[e]["hits"] for e in after)
@@ -139,9 +136,9 @@ def summarize(turns: list[dict], before: dict, after: dict, wall_s: float) -> di
         "cached_tokens": sum(t["cached"] for t in turns),
         "reusable_tokens": reusable,
         "prompt_tokens": sum(t["prompt"] for t in turns),
-        "ttft_p50_s": pct([t["ttft_s"] for t in turns], 50),
-        "ttft_p90_s": pct([t["ttft_s"] for t in turns], 90),
-        "ttft_p90_later_turns_s": pct(later, 90),
+        "ttft_p50_s": percentile([t["ttft_s"] for t in turns], 0.5),
+        "ttft_p90_s": percentile([t["ttft_s"] for t in turns], 0.9),
+        "ttft_p90_later_turns_s": percentile(later, 0.9),
         "sessions_moved": sum(len(e) > 1 for e in engines.values()),
         "wall_s": wall_s,
     }
@@ -174,18 +171,17 @@ def main() -> None:
     model = ModelConfig(max_model_len=max(max_len, 4096))
     cfg = ServingConfig(mode="kv_routed", engines=args.engines, kv_cache_gib=args.kv_cache_gib,
                         request_timeout_s=args.timeout)
-    root = Path(__file__).resolve().parents[1]
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
-        cluster = Cluster(cfg, model, Path(tmp), root / ".cache")
+        cluster = Cluster(cfg, model, Path(tmp), ROOT / ".cache")
         with cluster as endpoint:
-            engines = {k: v for k, v in endpoint.metrics_urls.items() if k != "router"}
+            engines = cluster.roster.metrics_urls()
             block = block_size(next(iter(engines.values())))
             vocab = range(100, min(endpoint.markup_token_ids.values()))  # ordinary tokens
             for n, name in enumerate(policies):
                 front = DynamoFrontend(name, replace(cfg, **POLICIES[name]), Path(tmp),
-                                       cluster.plane.env())
-                cluster.frontends.append(front)  # stopped with the cluster on any exit
+                                       cluster.topology.plane.env())
+                cluster.topology.frontends.append(front)  # stopped with the cluster on any exit
                 front.start()
                 front.wait_model(model.name, time.monotonic() + 120)
                 sessions = make_sessions(args, seed=1000 + n, vocab=vocab)
@@ -197,7 +193,7 @@ def main() -> None:
                 results[name] = summarize(turns, before, prefix_hits(engines), wall)
                 print(f"[bench] {name}: {json.dumps(results[name])}", flush=True)
                 front.stop()
-                cluster.frontends.remove(front)
+                cluster.topology.frontends.remove(front)
 
     print(f"\n{args.sessions} sessions x {args.turns} turns, {args.engines} engines, "
           f"{args.concurrency} sessions in flight, prompts {args.first_min}-{args.first_max} "

@@ -22,8 +22,9 @@ from pathlib import Path
 from envs.cgroups import detect
 from envs.sandbox import SandboxPolicy
 from envs.workspace import Workspace
+from rollfleet.paths import ROOT
 
-REPO = Path(__file__).resolve().parents[1] / "envs" / "tasks" / "mini_swe" / "roman_subtractive"
+REPO = ROOT / "envs" / "tasks" / "mini_swe" / "roman_subtractive"
 
 
 def cycle(policy: SandboxPolicy) -> tuple[float, float, float]:

@@ -24,9 +24,12 @@ from importlib import metadata
 from pathlib import Path
 
 from envs import EnvConfig, load
+from rollfleet.paths import ROOT
 from rollout.config import RolloutConfig
 from rollout.model_client import ModelClient, SamplingConfig
-from serving import Cluster, ModelConfig, ServingConfig, check_call
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
+from serving.toolcall import check_call
 
 NAMED = "bash"
 
@@ -99,7 +102,7 @@ def main() -> None:
     parser.add_argument("--stock-max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--cache", type=Path,
-                        default=Path(__file__).resolve().parents[1] / ".cache")
+                        default=ROOT / ".cache")
     parser.add_argument("--out", type=Path, default=Path("bench_toolcalls.json"))
     args = parser.parse_args()
     result = asyncio.run(bench(args))

@@ -32,7 +32,8 @@ from pathlib import Path
 import openai
 from jsonschema import Draft202012Validator
 
-ROOT = Path(__file__).resolve().parents[1]
+from rollfleet.paths import ROOT
+
 TOOLSETS = ROOT / "tests" / "serving" / "data" / "toolsets"
 
 

@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from rollfleet.paths import ROOT
+
 MUTATIONS = [
     ("the parser keeps the sampled turn-end token as content", "serving/toolcall/parser.py",
      "    if tokens and any(tokens[-1] == end for end in TURN_ENDS):\n        tokens.pop()\n", "",
@@ -23,7 +24,7 @@ MUTATIONS = [
       "tests/rollout/test_session.py::"
       "test_every_prompt_is_the_last_one_plus_what_was_sampled_plus_the_new_messages"]),
     ("the engines ask for raw logprobs without the unmasking plugin", "serving/vllm_engine.py",
-     '    if c.logprobs == "raw":  # see serving/vllm_plugin.py\n'
+     '    if c.logprobs == "raw":  # see serving/engine/plugin.py\n'
      '        env[UNMASKED_LOGPROBS_ENV] = "1"\n', "",
      ["tests/serving/test_vllm_engine.py::"
       "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),

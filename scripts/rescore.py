@@ -23,9 +23,12 @@ from datasets import load_from_disk
 from omegaconf import OmegaConf
 
 from envs import EnvConfig, load
-from rollout.config import project_root, typed
+from rollfleet.cli import bad_config, typed
+from rollfleet.paths import ROOT
+from rollfleet.run_dir import RunDir
 from rollout.rescore import DEFAULT_TOLERANCE, check_logprobs, check_rewards
-from serving import Cluster, Endpoint, ModelConfig, ServingConfig, open_front_door
+from serving import Endpoint, ModelConfig, ServingConfig, open_front_door
+from serving.cluster import Cluster
 
 
 async def replay(records, endpoint: Endpoint, turns: int):
@@ -45,11 +48,13 @@ def main() -> int:
     ap.add_argument("--base-url", help="a running vLLM server serving the run's model")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    if not (args.run_dir / "dataset").is_dir():
-        print(f"error: {args.run_dir} has no dataset/ (a finished run folder?)", file=sys.stderr)
-        return 2
-    cfg = OmegaConf.load(args.run_dir / ".hydra" / "config.yaml")
-    records = [r for r in load_from_disk(str(args.run_dir / "dataset"))
+    run = RunDir(args.run_dir)
+    try:
+        dataset = run.require_dataset()
+    except FileNotFoundError as exc:
+        return bad_config(str(exc))
+    cfg = OmegaConf.load(run.config_file)
+    records = [r for r in load_from_disk(str(dataset))
                if r["status"] != "infra_error"]
     with_diff = [r for r in records if r["final_diff"] and r["reward"] is not None]
     env = load(typed(EnvConfig, cfg.env, "env"))
@@ -61,7 +66,7 @@ def main() -> int:
         logprobs = asyncio.run(replay(records, endpoint, args.turns))
     else:
         with tempfile.TemporaryDirectory() as tmp, \
-                Cluster(ServingConfig(), model, Path(tmp), project_root() / ".cache") as ep:
+                Cluster(ServingConfig(), model, Path(tmp), ROOT / ".cache") as ep:
             logprobs = asyncio.run(replay(records, ep, args.turns))
     bad_rewards = [c for c in rewards if not c.ok]
     for c in rewards:

@@ -1,11 +1,14 @@
-"""Serving: engines, the front door, routing, KV tiers and model folders. Knows nothing of tasks."""
+"""Serving: engines, the front door, routing, KV tiers and model folders. Knows nothing of tasks.
 
-from serving.chat import ChatRenderer, TemplateError, chat_renderer
-from serving.cluster import Cluster
-from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
-from serving.endpoint import Endpoint
+This top level is the client face: what a process that samples from a running cluster needs
+(the job's Ray actors import only this). Starting, restarting and stopping the cluster is the
+driver's (`serving.cluster.Cluster`); code that runs inside engine processes is in
+`serving.engine`; `serving.serve` and `serving.simulate` are standalone apps.
+"""
+
+from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.frontdoor import (
-    FRONT_DOORS,
     FrontDoor,
     Generation,
     PromptTooLong,
@@ -13,26 +16,13 @@ from serving.frontdoor import (
     ServerUnavailable,
     open_front_door,
 )
-from serving.metrics import KvState, MetricsError, engine_urls, kv_state, prefix_hits
-from serving.model_dir import resolve_model_dir
-from serving.tool_turn import SampledCall, ToolCallSampler, ToolTurn, tool_choice
-from serving.toolcall import (
-    ISSUE_KINDS,
-    MARKUP_TOKENS,
-    CallTooLong,
-    ParsedTurn,
-    ToolCallGrammar,
-    build_grammar,
-    check_call,
-    parse_glm,
-)
+from serving.metrics import KvState, MetricsError
+from serving.tool_turn import SampledCall, ToolCallSampler, ToolTurn
+from serving.toolcall import ISSUE_KINDS, CallTooLong
 
 __all__ = [
-    "FRONT_DOORS", "ISSUE_KINDS", "LOGPROBS_MODES", "MARKUP_TOKENS", "CallTooLong",
-    "ChatRenderer", "Cluster", "Endpoint", "FrontDoor", "Generation", "KvState", "MetricsError",
-    "ModelConfig", "ParsedTurn", "engine_urls", "kv_state",
-    "PromptTooLong", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
-    "TemplateError", "ToolCallGrammar", "build_grammar", "chat_renderer", "check_call",
-    "open_front_door", "parse_glm", "prefix_hits", "resolve_model_dir",
-    "SampledCall", "ToolCallSampler", "ToolTurn", "tool_choice",
+    "ISSUE_KINDS", "CallTooLong", "Endpoint", "EngineSlot", "FrontDoor", "Generation", "KvState",
+    "MetricsError", "ModelConfig", "PromptTooLong", "Roster", "SampledCall", "Sampling",
+    "ServerUnavailable", "ServingConfig", "ServingError", "ToolCallSampler", "ToolTurn",
+    "open_front_door",
 ]

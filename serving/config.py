@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serving.topologies import TOPOLOGIES
+
 LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
     # The model's own log-softmax at temperature 1 over the whole vocabulary, before penalties,
-    # top-p and the tool-call grammar's mask (serving/vllm_plugin.py): what a trainer recomputes.
+    # top-p and the tool-call grammar's mask (serving/engine/plugin.py): what a trainer recomputes.
     "raw": "raw_logprobs",
     # The distribution each token was drawn from: temperature, top-p and the grammar applied.
     "processed": "processed_logprobs",
 }
 
 
-MODES = ("embedded", "kv_routed", "disagg", "mocker", "external")
 ROUTER_MODES = ("kv", "round-robin", "random")
 AFFINITY = ("soft", "hard", "off")
 KV_TIERS = ("none", "mooncake")
@@ -22,17 +23,6 @@ KV_TIERS = ("none", "mooncake")
 def one_of(default: str, choices) -> str:
     """A setting with a fixed set of values, checked when the config loads (rollout.config)."""
     return field(default=default, metadata={"choices": tuple(choices)})
-
-
-def store_schema(group: str, cls: type) -> None:
-    """Register `cls` as Hydra's `<group>/schema`, which the group's YAML files extend: the
-    defaults live in the dataclass, and Hydra checks keys and types as it composes."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.structured(cls)
-    OmegaConf.set_readonly(node, False)  # the dataclasses are frozen; the config is not
-    ConfigStore.instance().store(group=group, name="schema", node=node)
 
 
 class ServingError(RuntimeError):
@@ -64,7 +54,7 @@ class ServingConfig:
     Dynamo's mocker, no model) behind the same frontend, answering from `replay_trace` if set.
     """
 
-    mode: str = one_of("embedded", MODES)
+    mode: str = one_of("embedded", TOPOLOGIES)
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port
     base_url: str | None = None  # for mode=external

@@ -27,6 +27,8 @@ from serving.endpoint import Endpoint
 from serving.toolcall import ToolCallGrammar
 
 SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
+FINAL_HEADER = "x-dynamo-session-final"  # the session is over: the router drops its binding
+REPLAY_ANNOTATION = "output_replay_id"  # a mocker's trace line to answer with
 # Load shedding: Dynamo's frontend answers 529 when every worker is above the busy threshold
 # (serving.busy_threshold), 429 where a server rate-limits. Nothing was sampled, so the request
 # is sent again after a wait (doubling, first and last), until the request timeout.
@@ -83,9 +85,11 @@ class FrontDoor:
     name: ClassVar[str]
     supports_prompt_logprobs: ClassVar[bool] = False
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, engine_names: dict[str, str] | None = None) -> None:
         self.endpoint = endpoint
-        self.engine_names = dict(endpoint.engine_names)  # instance id -> name; restarts add
+        # the id the server reports -> the engine's name (Roster.names(); a job's dispatch
+        # hands its actor the roster of the moment)
+        self.engine_names = dict(engine_names or {})
         self.root = endpoint.base_url.removesuffix("/v1")
         self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, headers={
             "Authorization": f"Bearer {endpoint.api_key}"})
@@ -194,8 +198,7 @@ class VllmFrontDoor(FrontDoor):
         gen.prompt_token_ids = list(choice.get("prompt_token_ids")
                                     or raw.get("prompt_token_ids") or [])
         gen.token_ids = list(choice.get("token_ids") or [])
-        if len(self.endpoint.engine_ids) == 1:  # one engine behind this server
-            gen.engine_id = self.endpoint.engine_ids[0]
+        gen.engine_id = self.engine_names.get("", "")  # one engine behind this server
 
     async def prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
         raw = await self._post("/v1/completions", {
@@ -233,15 +236,47 @@ class DynamoFrontDoor(FrontDoor):
         marked final."""
         await self._post("/v1/completions", {"model": self.endpoint.model, "prompt": "end",
                                              "max_tokens": 1}, session_id,
-                         {"x-dynamo-session-final": "true"})
+                         {FINAL_HEADER: "true"})
 
 
-FRONT_DOORS: dict[str, type[FrontDoor]] = {d.name: d for d in (VllmFrontDoor, DynamoFrontDoor)}
+class ReplayFrontDoor(DynamoFrontDoor):
+    """Dynamo's front door, each turn annotated with its replay key `<session id>:<turn>`, for
+    mocker engines that answer from a trace (serving/dynamo/mocker.py).
+
+    A session's turns all go through one front door (the actor that runs it), in order, so the
+    turn is the number of requests this session sent before; a release forgets the session.
+    """
+
+    name = "dynamo_replay"
+
+    def __init__(self, endpoint: Endpoint, engine_names: dict[str, str] | None = None) -> None:
+        super().__init__(endpoint, engine_names)
+        self.turns: dict[str, int] = {}
+
+    async def release(self, session_id: str) -> None:
+        self.turns.pop(session_id, None)
+        await super().release(session_id)
+
+    async def _post(self, path: str, body: dict, session_id: str | None,
+                    headers: dict[str, str] | None = None) -> dict:
+        if session_id and FINAL_HEADER not in (headers or {}):
+            turn = self.turns.get(session_id, 0)
+            self.turns[session_id] = turn + 1
+            nvext = dict(body.get("nvext") or {})
+            nvext["annotations"] = [*nvext.get("annotations", []),
+                                    f"{REPLAY_ANNOTATION}:{session_id}:{turn}"]
+            body = {**body, "nvext": nvext}
+        return await super()._post(path, body, session_id, headers)
 
 
-def open_front_door(endpoint: Endpoint) -> FrontDoor:
+FRONT_DOORS: dict[str, type[FrontDoor]] = {
+    d.name: d for d in (VllmFrontDoor, DynamoFrontDoor, ReplayFrontDoor)}
+
+
+def open_front_door(endpoint: Endpoint, engine_names: dict[str, str] | None = None) -> FrontDoor:
+    """The endpoint's front door; `engine_names` (Roster.names()) names the engines it reports."""
     try:
-        return FRONT_DOORS[endpoint.front_door](endpoint)
+        return FRONT_DOORS[endpoint.front_door](endpoint, engine_names)
     except KeyError:
         raise ValueError(f"unknown front door {endpoint.front_door!r}; "
                          f"known: {sorted(FRONT_DOORS)}") from None

@@ -91,15 +91,10 @@ def kv_state(url: str) -> KvState:
                    total(metrics, "vllm:num_preemptions_total", url))
 
 
-def engine_urls(urls: dict[str, str]) -> dict[str, str]:
-    """The engines' /metrics among an endpoint's (the router's are not an engine's)."""
-    return {name: url for name, url in urls.items() if name != "router"}
-
-
 def prefix_hits(urls: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Per engine: prefix-cache queries and hits (tokens) so far."""
+    """Per engine (name -> its /metrics): prefix-cache queries and hits (tokens) so far."""
     out = {}
-    for name, url in engine_urls(urls).items():
+    for name, url in urls.items():
         c = scrape(url)
         out[name] = {"queries": c["vllm:prefix_cache_queries_total"],
                      "hits": c["vllm:prefix_cache_hits_total"]}

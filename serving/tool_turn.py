@@ -18,38 +18,43 @@ from typing import Any
 from serving.chat import ChatRenderer, chat_renderer
 from serving.endpoint import Endpoint
 from serving.frontdoor import FrontDoor, Generation, Sampling, open_front_door
-from serving.toolcall import MARKUP_TOKENS, ParsedTurn, ToolCallGrammar, build_grammar, parse_glm
+from serving.toolcall import ToolCallGrammar, build_grammar, check_call, parse_glm
 
 
 @dataclass
 class SampledCall:
-    """A call as read from the sampled tokens: its arguments as they ran, and what is wrong."""
+    """A tool call as it ran: its arguments (a JSON object), and what is wrong with it."""
 
     name: str
-    arguments: dict[str, Any]
-    issues: list[str]
+    arguments: str  # JSON object
+    issues: list[str] = field(default_factory=list)
     id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:16]}")
-
-    @property
-    def arguments_json(self) -> str:
-        return json.dumps(self.arguments, ensure_ascii=False)
 
     def openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments_json}}
+                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass
 class ToolTurn:
-    generation: Generation
-    grammar: ToolCallGrammar | None
-    parsed: ParsedTurn
-    calls: list[SampledCall]
+    """One sampled turn: what the server sampled and how it reads."""
 
-    @property
-    def constraint(self) -> str:
-        """What the turn was sampled under, for the record."""
-        return self.grammar.description if self.grammar else "none"
+    generation: Generation
+    sampling: Sampling
+    constraint: str  # what it was sampled under, for the record
+    content: str  # what the assistant said, markup and the turn-end token left out
+    reasoning: str
+    calls: list[SampledCall]
+    issues: list[str]  # turn-level: cut_off, subtoken_markup outside any call
+    dropped_calls: int = 0  # calls in the sampled tokens the server's parser did not return
+
+    def assistant_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
+        if self.calls:
+            msg["tool_calls"] = [c.openai() for c in self.calls]
+        return msg
 
 
 @functools.lru_cache(maxsize=256)
@@ -60,9 +65,9 @@ def _grammar(tools_json: str, choice_json: str, parallel: bool, thinking: bool,
                          max_tokens, json.loads(ids_json))
 
 
-def tool_choice(choice: str) -> str | dict[str, Any]:
+def tool_choice(choice: str | dict) -> str | dict[str, Any]:
     """`auto`, `required`, `none` or a tool's name, as OpenAI spells a tool choice."""
-    if choice in ("auto", "required", "none"):
+    if isinstance(choice, dict) or choice in ("auto", "required", "none"):
         return choice
     return {"type": "function", "function": {"name": choice}}
 
@@ -75,11 +80,6 @@ class ToolCallSampler:
         self.door = door or open_front_door(endpoint)
         self.renderer: ChatRenderer = chat_renderer(endpoint.model_dir, endpoint.enable_thinking)
 
-    @property
-    def constrainable(self) -> bool:
-        """Whether the model has every markup string as one token (the grammar needs them)."""
-        return all(m in self.endpoint.markup_token_ids for m in MARKUP_TOKENS)
-
     def grammar(self, tools: list[dict], choice: str | dict, parallel: bool,
                 max_tokens: int) -> ToolCallGrammar | None:
         """CallTooLong if no call fits `max_tokens`; UnsupportedSchema if a schema keyword
@@ -90,9 +90,36 @@ class ToolCallSampler:
 
     async def sample(self, prompt_ids: list[int], tools: list[dict], choice: str | dict,
                      parallel: bool, sampling: Sampling, session_id: str) -> ToolTurn:
+        """A token-in turn under the project's grammar; calls read from the sampled tokens.
+        `choice`: auto, required, none, a tool's name, or OpenAI's named-tool object."""
+        choice = tool_choice(choice)
         grammar = self.grammar(tools, choice, parallel, sampling.max_tokens) if tools else None
         gen = await self.door.generate(prompt_ids, sampling, grammar, session_id)
         parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
                            self.endpoint.enable_thinking)
-        calls = [SampledCall(c.name, c.arguments, c.issues) for c in parsed.calls]
-        return ToolTurn(gen, grammar, parsed, calls)
+        calls = [SampledCall(c.name, json.dumps(c.arguments, ensure_ascii=False), c.issues)
+                 for c in parsed.calls]
+        return ToolTurn(gen, sampling, grammar.description if grammar else "none",
+                        parsed.content, parsed.reasoning, calls, parsed.issues)
+
+    async def sample_stock(self, messages: list[dict], tools: list[dict], choice: str | dict,
+                           parallel: bool, sampling: Sampling, session_id: str) -> ToolTurn:
+        """A message-in turn under the server's own tool grammar and parser, for comparison:
+        its calls are what the agent gets; the sampled tokens tell what its parser dropped and
+        whether the turn ended inside a call."""
+        choice = tool_choice(choice)
+        gen = await self.door.chat(messages, tools, choice, parallel, sampling, session_id)
+        parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
+                           self.endpoint.enable_thinking)
+        calls = [SampledCall(c["function"]["name"], c["function"]["arguments"],
+                             check_call(c["function"]["name"], c["function"]["arguments"],
+                                        tools), c["id"])
+                 for c in gen.tool_calls]
+        issues = list(parsed.issues)
+        if any("cut_off" in c.issues for c in parsed.calls):
+            issues.append("cut_off")
+        named = choice if isinstance(choice, str) else choice["function"]["name"]
+        constraint = (f"stock:tool_choice={named};strict=true;"
+                      f"parallel={str(parallel).lower()}")
+        return ToolTurn(gen, sampling, constraint, gen.content, "", calls, issues,
+                        dropped_calls=max(0, len(parsed.calls) - len(gen.tool_calls)))

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
+from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
-from serving.vllm_plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -43,11 +43,11 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "VLLM_HOST_IP": c.host,
         "PYTHONUNBUFFERED": "1",
-        SAFE_GRAMMARS_ENV: "1",  # see serving/vllm_plugin.py
+        SAFE_GRAMMARS_ENV: "1",  # see serving/engine/plugin.py
     })
     if c.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
-    if c.logprobs == "raw":  # see serving/vllm_plugin.py
+    if c.logprobs == "raw":  # see serving/engine/plugin.py
         env[UNMASKED_LOGPROBS_ENV] = "1"
     env.update(c.extra_env)
     return env

@@ -8,8 +8,9 @@ instead (`serving.replay_trace`): a Mooncake-format JSONL whose lines carry `out
 each keyed by its `request_id`, else `<session_id>:<n>` for the n-th line of that session id.
 A request picks its line with the annotation `output_replay_id:<key>` (Dynamo 1.6.1: the
 session header alone selects nothing, and a replayed answer has the line's length whatever
-`max_tokens` says). The `dynamo_replay` front door sends `<session id>:<turn>` as that key, the
-session id being the one the rollout already sends in `x-dynamo-session-id`.
+`max_tokens` says). The `dynamo_replay` front door (serving/frontdoor.py) sends
+`<session id>:<turn>` as that key, the session id being the one the rollout already sends in
+`x-dynamo-session-id`.
 
 The mocker reports no `vllm:cache_config_info`, so KV-budget admission cannot size itself from
 it: run the job with `rollout.admission=fixed`.
@@ -28,11 +29,7 @@ import httpx
 
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.dynamo.worker import DynamoWorker, _instance_id
-from serving.frontdoor import FRONT_DOORS, DynamoFrontDoor
 from serving.process import wait_serving
-
-REPLAY_ANNOTATION = "output_replay_id"
-FINAL_HEADER = "x-dynamo-session-final"
 
 
 class MockerWorker(DynamoWorker):
@@ -99,35 +96,3 @@ def write_trace(path: Path, lines: list[dict[str, Any]]) -> None:
     with path.open("w") as f:
         for line in lines:
             f.write(json.dumps(line) + "\n")
-
-
-class ReplayFrontDoor(DynamoFrontDoor):
-    """Dynamo's front door, each turn annotated with its replay key `<session id>:<turn>`.
-
-    A session's turns all go through one front door (the actor that runs it), in order, so the
-    turn is the number of requests this session sent before; a release forgets the session.
-    """
-
-    name = "dynamo_replay"
-
-    def __init__(self, endpoint) -> None:
-        super().__init__(endpoint)
-        self.turns: dict[str, int] = {}
-
-    async def release(self, session_id: str) -> None:
-        self.turns.pop(session_id, None)
-        await super().release(session_id)
-
-    async def _post(self, path: str, body: dict, session_id: str | None,
-                    headers: dict[str, str] | None = None) -> dict:
-        if session_id and FINAL_HEADER not in (headers or {}):
-            turn = self.turns.get(session_id, 0)
-            self.turns[session_id] = turn + 1
-            nvext = dict(body.get("nvext") or {})
-            nvext["annotations"] = [*nvext.get("annotations", []),
-                                    f"{REPLAY_ANNOTATION}:{session_id}:{turn}"]
-            body = {**body, "nvext": nvext}
-        return await super()._post(path, body, session_id, headers)
-
-
-FRONT_DOORS[ReplayFrontDoor.name] = ReplayFrontDoor

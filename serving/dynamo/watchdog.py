@@ -3,7 +3,7 @@
 Measured here: when a worker's process stalls for more than 10 s on a starved 2-core machine,
 its discovery entries expire, the frontend drops it (requests for the model get 404), and the
 worker never writes them again. The watchdog restarts such a worker, which registers anew. The
-main cause seen, NIXL's spinning progress threads, is gone (serving/vllm_plugin.py); the
+main cause seen, NIXL's spinning progress threads, is gone (serving/engine/plugin.py); the
 watchdog stays for the stalls that remain possible.
 A worker that died is left alone: the router has already dropped it, and restarting it is the
 caller's choice (`Cluster.restart_worker`).

@@ -11,10 +11,10 @@ import httpx
 
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.dynamo.plane import SOCKETS_ENV
+from serving.engine.plugin import NIXL_PROGRESS_DELAY_ENV
 from serving.kvtier import kv_transfer_config
 from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env
-from serving.vllm_plugin import NIXL_PROGRESS_DELAY_ENV
 
 ROLES = ("agg", "prefill", "decode")
 NIXL_PROGRESS_DELAY_US = 1000  # CPU hosts: NIXL's progress thread sleeps 1 ms between polls
@@ -88,7 +88,7 @@ class DynamoWorker:
         })
         if self.cfg.device == "cpu":
             env.update({"UCX_TLS": "tcp,self,sm", "UCX_NET_DEVICES": "lo"})
-            if self.role != "agg":  # see serving/vllm_plugin.py
+            if self.role != "agg":  # see serving/engine/plugin.py
                 env[NIXL_PROGRESS_DELAY_ENV] = str(NIXL_PROGRESS_DELAY_US)
             if self.core is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.core)

@@ -7,7 +7,7 @@
   plus shared memory). The tier lives in this process, not in any engine, so it outlives engine
   restarts.
 - a ZMQ XSUB/XPUB proxy on 127.0.0.1 (serving/dynamo/broker.py) that carries the engines'
-  announcements of stored and vanished blocks (serving/kvtier/connector.py).
+  announcements of stored and vanished blocks (serving/engine/kvtier/connector.py).
 
 Known exposure: Mooncake's transfer engine binds its P2P-handshake and TCP-transport listeners
 to every interface (hard-coded in mooncake-transfer-engine 0.3.13's socket handshake plugin and
@@ -26,13 +26,14 @@ import sys
 import threading
 from pathlib import Path
 
+from rollfleet.paths import ROOT
 from serving.config import ServingConfig, ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 log = logging.getLogger(__name__)
 
 CONNECTOR = "MooncakeTierConnector"
-CONNECTOR_MODULE = "serving.kvtier.connector"
+CONNECTOR_MODULE = "serving.engine.kvtier.connector"
 
 
 def _mooncake_bin(name: str) -> str:
@@ -151,7 +152,7 @@ class MooncakeTier:
 
 
 def _root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+    return str(ROOT)
 
 
 def kv_transfer_config(cfg: ServingConfig, role: str = "agg",

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollfleet.toolschema import problem_kinds
 from serving.toolcall.ebnf import UnsupportedSchema
 from serving.toolcall.grammar import (
     CALL_END,
@@ -30,7 +31,6 @@ from serving.toolcall.grammar import (
     tool_parameters,
 )
 from serving.toolcall.values import raw_text
-from toolschema import problem_kinds
 
 ISSUE_KINDS = ("malformed", "unknown_tool", "missing_argument", "extra_argument", "wrong_type",
                "cut_off", "subtoken_markup", "invalid_utf8")

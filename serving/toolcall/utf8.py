@@ -3,7 +3,7 @@
 xgrammar 0.2.7 reads a value's bytes leniently: an overlong form (`C1 81` for "A", `E0 80 80`,
 `F0 80 80 80`) passes as the code point it spells, so a grammar of characters admits byte
 strings that no UTF-8 decoder accepts (measured: 6 invalid calls of 111 in one eval sweep). The
-engine therefore narrows the grammar's token mask with this guard (serving/vllm_plugin.py): it
+engine therefore narrows the grammar's token mask with this guard (serving/engine/plugin.py): it
 follows the output's position in a UTF-8 sequence and allows next only the tokens whose bytes
 continue it validly, i.e. no byte outside a sequence that never occurs in UTF-8 (80-BF, C0, C1,
 F5-FF), and after each lead byte only its continuation range (E0: A0-BF, ED: 80-9F, F0: 90-BF,

@@ -244,10 +244,13 @@ class ValueGrammar:
         frac = 0 if integer else self.caps.frac_digits
         step = schema.get("multipleOf")
         if step is not None:
-            exponent = _power_of_ten(step)
-            if exponent is None or exponent > 0:
-                raise UnsupportedSchema("multipleOf", f"{step} is not 1 or 10^-k")
-            frac = min(frac, -exponent)
+            # 1 is enforced (integers). A fractional step is not: validators check it in
+            # floating point, so `jsonschema` rejects 2.49 as a multiple of 0.01 (measured).
+            if Fraction(str(step)) != 1:
+                raise UnsupportedSchema("multipleOf", f"{step} (only 1 is enforced: a "
+                                        "fractional step is checked in floating point, where "
+                                        "2.49 is no multiple of 0.01)")
+            frac = 0
         low, high = _interval(schema)
         options: list[tuple[str, int]] = []
         for digits in range(frac + 1):
@@ -467,14 +470,6 @@ def _tag(schema: dict) -> dict[str, set[str]]:
             values = [sub["const"]] if "const" in sub else sub["enum"]
             out[name] = {json.dumps(v, sort_keys=True) for v in values}
     return out
-
-
-def _power_of_ten(step: Any) -> int | None:
-    value = Fraction(str(step))
-    if value <= 0:
-        return None
-    exponent = round(math.log10(value))
-    return exponent if Fraction(10) ** exponent == value else None
 
 
 def _interval(schema: dict) -> tuple[tuple[Fraction, bool] | None, tuple[Fraction, bool] | None]:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from serving import Cluster, Endpoint, ModelConfig, ServingConfig
+from serving import Endpoint, ModelConfig, ServingConfig
+from serving.cluster import Cluster
 from tests.procs import STARTED_BY_JOB, process_table
 
 ROOT = Path(__file__).resolve().parents[2]

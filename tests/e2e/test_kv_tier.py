@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
-from serving import Cluster, ModelConfig, ServingConfig
+from rollout.admission import KvBudget
+from serving import MetricsError, ModelConfig, ServingConfig
+from serving.cluster import Cluster
+from serving.metrics import kv_state
 from tests.e2e.frontend_calls import complete, served_by, tier_hits
 from tests.e2e.jobs import swe_rl_job
 from tests.e2e.records import check_records
@@ -39,24 +42,36 @@ def test_a_dead_prefill_worker_fails_fast_and_its_restart_takes_the_prefix_from_
         status, first = complete(url, turn1, 4)
         assert status == 200, first
         old_prefill, decode = served_by(first)
-        assert endpoint.engine_names[old_prefill] == "prefill0"
+        assert cluster.roster.names()[old_prefill] == "prefill0"
         time.sleep(2)  # the background put of turn 1's blocks finishes
-        prefill = next(w for w in cluster.workers if w.name == "prefill0")
+        prefill = next(w for w in cluster.topology.workers if w.name == "prefill0")
         os.killpg(prefill.process.pid, signal.SIGKILL)
         for _ in range(5):
             start = time.monotonic()
             status, _ = complete(url, [rng.randrange(100, 8000) for _ in range(300)], 8)
             assert status >= 500 and time.monotonic() - start < 10, status
             time.sleep(1)
-        assert [w.name for w in cluster.workers if w.alive()] == ["decode0"]
+        assert [w.name for w in cluster.topology.workers if w.alive()] == ["decode0"]
+        admission = KvBudget(cluster.roster.kv_states, group=1, maximum=64)
+        old_metrics = cluster.roster.metrics_urls()["prefill0"]
+        with pytest.raises(MetricsError):  # the dead worker's address answers no more
+            admission.read_state()
         cluster.restart_worker("prefill0")
-        prefill = next(w for w in cluster.workers if w.name == "prefill0")
+        # The KV-budget admission reads the roster at each poll: the restarted worker is
+        # there on its new port, and the cache it sizes itself by is both engines' again.
+        new_metrics = cluster.roster.metrics_urls()["prefill0"]
+        assert new_metrics != old_metrics
+        with pytest.raises(MetricsError):
+            kv_state(old_metrics)
+        assert admission.limit() >= 1 and admission.capacity == sum(
+            state.capacity_tokens for state in cluster.roster.kv_states()) > 0
+        prefill = next(w for w in cluster.topology.workers if w.name == "prefill0")
         assert tier_hits(prefill.metrics_url) == 0
         status, second = complete(url, turn1 + [rng.randrange(100, 8000) for _ in range(300)], 4)
         assert status == 200, second
         assert tier_hits(prefill.metrics_url) >= 7 * 128
         new_prefill, same_decode = served_by(second)
-        assert new_prefill != old_prefill and endpoint.engine_names[new_prefill] == "prefill0"
+        assert new_prefill != old_prefill and cluster.roster.names()[new_prefill] == "prefill0"
         assert same_decode == decode  # the same decode worker, not wedged
         assert first["choices"][0]["text"] and second["choices"][0]["text"]
     time.sleep(1)

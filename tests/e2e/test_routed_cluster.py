@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from serving import Cluster, ModelConfig, ServingConfig
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
 from tests.e2e.frontend_calls import cached, complete, served_by, tier_hits
 from tests.procs import new_job_processes, process_table
 
@@ -76,12 +77,12 @@ def test_session_bindings_are_shared_between_frontends(cluster):
     """Sessions bound through one frontend keep their engine through another, even for a
     prompt that shares nothing with what that engine holds."""
     rng = random.Random(0)
-    first, second = (f.base_url for f in cluster.frontends)
+    first, second = (f.base_url for f in cluster.topology.frontends)
     sessions = [f"s{i}" for i in range(8)]
     with ThreadPoolExecutor(8) as pool:  # concurrent, so load spreads them over both engines
         bound = list(pool.map(lambda s: _bind(
             first, s, [rng.randrange(100, 8000) for _ in range(300)], 48), sessions))
-    names = cluster.endpoint.engine_names
+    names = cluster.roster.names()
     assert {names[b] for b in bound} == {"agg0", "agg1"}, bound
     later = [_bind(second, s, [rng.randrange(100, 8000) for _ in range(300)], 1)
              for s in sessions]
@@ -90,8 +91,8 @@ def test_session_bindings_are_shared_between_frontends(cluster):
 
 def test_another_engine_serves_a_later_turn_from_the_tier(cluster):
     rng = random.Random(1)
-    url = cluster.frontends[0].base_url
-    first, second = cluster.workers
+    url = cluster.topology.frontends[0].base_url
+    first, second = cluster.topology.workers
     turn1 = [rng.randrange(100, 8000) for _ in range(1000)]
     assert cached(_pinned(url, turn1, first.instance_id)) == 0
     time.sleep(2)  # the background put finishes; its announcement reaches both engines
@@ -107,7 +108,7 @@ def test_another_engine_serves_a_later_turn_from_the_tier(cluster):
     _pinned(url, [rng.randrange(100, 8000) for _ in range(8)], first.instance_id)
     view = subprocess.run([sys.executable, "-c", ROUTER_VIEW, "128", "2", "7"],
                           input=json.dumps(turn2), capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **cluster.plane.env()})
+                          env={**os.environ, **cluster.topology.plane.env()})
     assert view.returncode == 0, view.stderr[-2000:]
     scores = json.loads(view.stdout.strip().splitlines()[-1])
     host = {w["worker_id"]: w.get("host_pinned_blocks", 0) for w in scores["workers"]}

@@ -122,10 +122,10 @@ def test_a_broken_model_folder_fails_fast_with_its_cause(tmp_path):
     seconds, and nothing was started."""
     import shutil
 
-    from rollout.config import project_root
+    from rollfleet.paths import ROOT
     from serving.tiny_model import ensure_tiny_glm
 
-    model = shutil.copytree(ensure_tiny_glm(project_root() / ".cache" / "models"),
+    model = shutil.copytree(ensure_tiny_glm(ROOT / ".cache" / "models"),
                             tmp_path / "model")
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])

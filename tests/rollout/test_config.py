@@ -6,21 +6,15 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rollout.config import (
-    SCHEMAS,
-    ConfigError,
-    RolloutConfig,
-    project_root,
-    register_schemas,
-    typed,
-    validate,
-)
+from rollfleet.cli import ConfigError, typed
+from rollfleet.paths import ROOT
+from rollout.config import SCHEMAS, RolloutConfig, register_schemas, validate
 from serving.config import ServingConfig
 
 
 def _compose(*overrides):
     register_schemas()
-    with initialize_config_dir(str(project_root() / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 
@@ -36,7 +30,7 @@ def test_group_files_hold_no_copy_of_a_default():
     """A YAML value equal to the dataclass default is a second copy of that fact."""
     for group, cls in SCHEMAS.items():
         defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)}
-        for path in (project_root() / "conf" / group).glob("*.yaml"):
+        for path in (ROOT / "conf" / group).glob("*.yaml"):
             values = OmegaConf.to_container(OmegaConf.load(path))
             values.pop("defaults", None)
             same = [k for k, v in values.items() if k in defaults and defaults[k] == v

@@ -1,7 +1,8 @@
 import pytest
 
-from rollout.model_client import MARKUP_TOKENS, SamplingConfig, check_sampling
+from rollout.model_client import SamplingConfig, check_sampling
 from serving import Endpoint
+from serving.toolcall import MARKUP_TOKENS
 
 GLM = {m: 8000 + i for i, m in enumerate(MARKUP_TOKENS)}
 

@@ -12,15 +12,16 @@ import pytest
 
 import envs.workspace
 from envs import EnvConfig, load
-from rollout.config import project_root
+from rollfleet.paths import ROOT
 from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits, request_seed
-from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable, chat_renderer
+from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable
+from serving.chat import chat_renderer
 from serving.model_dir import tokenizer_markup_ids
 from serving.tiny_model import ensure_tiny_glm
 
-MODEL_DIR = ensure_tiny_glm(project_root() / ".cache" / "models")
+MODEL_DIR = ensure_tiny_glm(ROOT / ".cache" / "models")
 ENDPOINT = Endpoint(base_url="http://127.0.0.1:9/v1", model="tiny-glm", model_dir=str(MODEL_DIR),
                     markup_token_ids=tokenizer_markup_ids(MODEL_DIR))
 RENDERER = chat_renderer(str(MODEL_DIR), False)
@@ -167,7 +168,7 @@ def test_request_seeds_replay_across_processes_and_differ_per_turn_and_sample():
             "print(request_seed(0, Job('t', 0), 0))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, env={"PYTHONHASHSEED": "123", "PATH": ""},
-                           cwd=project_root())
+                           cwd=ROOT)
     assert int(other.stdout) == request_seed(0, a, 0)
     assert len({request_seed(0, a, 0), request_seed(0, b, 0), request_seed(0, a, 1),
                 request_seed(1, a, 0)}) == 4

@@ -19,6 +19,9 @@ class StandIn:
         StandIn.events.append(f"start {self.name}")
         return f"endpoint of {self.name}"
 
+    def __str__(self) -> str:
+        return f"endpoint of {self.name}"
+
     def stop(self) -> None:
         StandIn.events.append(f"stop {self.name}")
 
@@ -31,8 +34,8 @@ def share(monkeypatch) -> shared_cluster.SharedCluster:
 
 
 def _use(share, mode: str, member: str) -> str:
-    with share.use(ServingConfig(mode=mode), ModelConfig(), Path(member), Path("cache")) as ep:
-        return ep
+    with share.use(ServingConfig(mode=mode), ModelConfig(), Path(member), Path("cache")) as cl:
+        return str(cl)
 
 
 def test_members_with_equal_settings_share_one_cluster_until_the_end(share):

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from rollout.config import project_root
+from rollfleet.paths import ROOT
 from serving.chat import ChatRenderer, TemplateError
 from serving.tiny_model import ensure_tiny_glm
 
-MODEL_DIR = ensure_tiny_glm(project_root() / ".cache" / "models")
+MODEL_DIR = ensure_tiny_glm(ROOT / ".cache" / "models")
 TOOLS = [{"type": "function", "function": {"name": "submit", "parameters": {
     "type": "object", "properties": {}}}}]
 CONVO = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix it"}]

@@ -8,23 +8,24 @@ import time
 import httpx
 import pytest
 
-from serving import Endpoint, Sampling, ToolCallGrammar
+from serving import Endpoint, Sampling
 from serving.frontdoor import (
     SESSION_HEADER,
     PromptTooLong,
     ServerUnavailable,
     open_front_door,
 )
+from serving.toolcall import ToolCallGrammar
 
 GRAMMAR = ToolCallGrammar({"type": "structural_tag", "format": {"type": "const_string",
                                                                 "value": "x"}},
                           3, "rollfleet-glm:test", {8179: -100.0})
 
 
-def _door(kind, handler, **endpoint):
+def _door(kind, handler, engine_names=None, **endpoint):
     ep = Endpoint(base_url="http://server/v1", model="m", model_dir="/m", front_door=kind,
                   **endpoint)
-    door = open_front_door(ep)
+    door = open_front_door(ep, engine_names)
     door.http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     return door
 
@@ -45,7 +46,7 @@ def test_vllm_takes_token_ids_and_a_structural_tag_and_returns_the_ids():
                          "logprobs": {"token_logprobs": [-0.5, -1.25]}}],
             "usage": {"prompt_tokens_details": {"cached_tokens": 2}}})
 
-    gen = _generate(_door("vllm", server, engine_ids=("0",)))
+    gen = _generate(_door("vllm", server, engine_names={"": "0"}))
     body = seen["body"]
     assert seen["path"] == "/v1/completions" and seen["session"] == "s1"
     assert body["prompt"] == [1, 2, 3] and body["return_token_ids"] is True
@@ -111,8 +112,9 @@ def test_a_shed_request_is_sent_again_until_an_engine_takes_it():
             "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
             "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
 
+    door = _door("dynamo", server)
     start = time.perf_counter()
-    gen = _generate(_door("dynamo", server))
+    gen = _generate(door)
     assert gen.token_ids == [9] and len(bodies) == 4 and len(set(bodies)) == 1
     assert gen.latency_s >= time.perf_counter() - start - 0.05  # the waits are in the turn
     with pytest.raises(ServerUnavailable, match="HTTP 529"):

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from serving.config import ServingConfig, ServingError
+from serving.engine.kvtier.blocks import BlockLayout, block_key, namespace, planes_of
+from serving.engine.kvtier.client import Saved, TierClient
 from serving.kvtier import MooncakeTier, kv_transfer_config
-from serving.kvtier.blocks import BlockLayout, block_key, namespace, planes_of
-from serving.kvtier.client import Saved, TierClient
 from serving.process import wait_until
 from tests.procs import new_job_processes, process_table
 
@@ -66,7 +66,7 @@ def test_kv_transfer_config_per_role():
     tier = {"store": "127.0.0.1:1"}
     own = kv_transfer_config(cfg, "agg", tier)
     assert own["kv_connector"] == "MooncakeTierConnector"
-    assert own["kv_connector_module_path"] == "serving.kvtier.connector"
+    assert own["kv_connector_module_path"] == "serving.engine.kvtier.connector"
     assert own["kv_load_failure_policy"] == "recompute"
     multi = kv_transfer_config(cfg, "decode", tier)
     assert multi["kv_connector"] == "MultiConnector" and multi["kv_role"] == "kv_consumer"

@@ -5,15 +5,16 @@ import shutil
 
 import pytest
 
-from rollout.config import project_root
-from serving import ModelConfig, ServingError, resolve_model_dir
+from rollfleet.paths import ROOT
+from serving import ModelConfig, ServingError
+from serving.model_dir import resolve_model_dir
 from serving.tiny_model import ensure_tiny_glm
 
 
 @pytest.fixture
 def model_dir(tmp_path):
     """A copy of the tiny model's folder, to break."""
-    return shutil.copytree(ensure_tiny_glm(project_root() / ".cache" / "models"),
+    return shutil.copytree(ensure_tiny_glm(ROOT / ".cache" / "models"),
                            tmp_path / "model")
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serving.sim import perf, workload
-from serving.simulate import load, main
+from serving.simulate import perf, workload
+from serving.simulate.cli import load, main
 from tests.procs import new_job_processes, process_table
 
 TINY = ["simulate.sessions=2", "simulate.lifetimes=2", "simulate.first_prompt=2000",
@@ -23,7 +23,7 @@ TINY = ["simulate.sessions=2", "simulate.lifetimes=2", "simulate.first_prompt=20
 
 def test_the_seed_topology_comes_from_the_serving_config():
     serving, cfg, _, _ = load(["serving=glm5_gpu", "simulate=h200"])
-    from serving.sim.config import topology
+    from serving.simulate.config import topology
 
     topo = topology(serving)
     assert (topo["prefill"], topo["decode"], topo["tp"]) == (1, 4, 8)

@@ -1,11 +1,13 @@
 """The flags and environment every engine gets (the running engines are checked in tests/e2e)."""
 
+import json
 from pathlib import Path
 
 from serving.config import ModelConfig, ServingConfig
+from serving.dynamo.plane import SOCKETS_ENV
 from serving.dynamo.worker import DynamoWorker
+from serving.engine.plugin import UNMASKED_LOGPROBS_ENV
 from serving.vllm_engine import VllmEngine
-from serving.vllm_plugin import UNMASKED_LOGPROBS_ENV
 
 
 def _flag(argv, name):
@@ -31,8 +33,12 @@ def test_processed_logprobs_leave_vllm_as_it_is(tmp_path):
 
 def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
     worker = DynamoWorker("decode0", "decode", Path("/m"), ModelConfig(), ServingConfig(),
-                          tmp_path, tmp_path, {})
+                          tmp_path / "a-run-folder-of-any-depth", tmp_path,
+                          {SOCKETS_ENV: "/tmp/rollfleet-x"})
     argv, env = worker.argv(), worker.env()
     assert _flag(argv, "--logprobs-mode") == "raw_logprobs" and env[UNMASKED_LOGPROBS_ENV] == "1"
     assert _flag(argv, "--disaggregation-mode") == "decode"
+    # unix socket paths stay short whatever the run folder (sun_path holds 107 bytes)
+    assert json.loads(_flag(argv, "--kv-events-config"))["endpoint"] == (
+        "ipc:///tmp/rollfleet-x/kv-events-decode0")
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"

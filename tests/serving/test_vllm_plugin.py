@@ -6,12 +6,12 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-from serving.vllm_plugin import NIXL_PROGRESS_DELAY_ENV
+from serving.engine.plugin import NIXL_PROGRESS_DELAY_ENV
 
 # A process with one NIXL agent (UCX backend, progress thread on), idle for 2 s: its CPU time.
 _AGENT_CPU = """
 import json, os, resource, time
-from serving.vllm_plugin import register
+from serving.engine.plugin import register
 register()
 from nixl._api import nixl_agent, nixl_agent_config
 agent = nixl_agent("probe", nixl_agent_config())
@@ -35,7 +35,7 @@ def _idle_agent_cpu_s(delay_us: str | None) -> float:
 
 def test_plugin_is_a_vllm_general_plugin():
     names = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
-    assert names.get("rollfleet") == "serving.vllm_plugin:register"
+    assert names.get("rollfleet") == "serving.engine.plugin:register"
 
 
 def test_idle_agent_spins_without_the_delay_and_not_with_it():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serving import Cluster, ModelConfig, Sampling, ServingConfig, ServingError, open_front_door
-from serving.cluster import worker_roles
+from serving import ModelConfig, Sampling, ServingConfig, ServingError, open_front_door
+from serving.cluster import Cluster
 from serving.dynamo.mocker import trace_line, write_trace
 from tests.procs import listening, new_job_processes, process_table
 
@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cluster_pids(cluster: Cluster) -> set[int]:
-    procs = [w.process for w in cluster.workers] + [f.process for f in cluster.frontends]
-    procs += cluster.plane.processes if cluster.plane else []
+    topology = cluster.topology
+    procs = [w.process for w in topology.workers] + [f.process for f in topology.frontends]
+    procs += topology.plane.processes if topology.plane else []
     return {p.pid for p in procs if p is not None}
 
 
@@ -31,12 +32,12 @@ def test_mocker_replays_each_sessions_turns_on_loopback(tmp_path: Path):
     cluster = Cluster(cfg, ModelConfig(), tmp_path, ROOT / ".cache")
     with cluster as endpoint:
         assert endpoint.front_door == "dynamo_replay"
-        assert sorted(endpoint.engine_ids) == ["agg0", "agg1"]
+        assert sorted(e.name for e in cluster.roster.engines()) == ["agg0", "agg1"]
         addresses = listening(_cluster_pids(cluster))
         assert addresses and all(a.startswith("127.0.0.1:") for a in addresses), addresses
 
         async def turns() -> list[list[int]]:
-            door = open_front_door(endpoint)
+            door = open_front_door(endpoint, cluster.roster.names())
             try:
                 got = []
                 for session in ("run:a/0:0", "run:a/0:0", "run:b/0:0", "run:a/0:0"):
@@ -73,8 +74,3 @@ def test_a_missing_trace_is_refused_before_anything_starts(tmp_path: Path):
             Cluster(cfg, ModelConfig(), tmp_path, ROOT / ".cache"):
         pass
     assert new_job_processes(before) == []
-
-
-def test_mocker_topology_names_its_workers():
-    assert worker_roles(ServingConfig(mode="mocker", engines=3)) == [
-        ("agg0", "agg"), ("agg1", "agg"), ("agg2", "agg")]

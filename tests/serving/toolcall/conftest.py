@@ -9,9 +9,9 @@ from serving.toolcall import SPECIAL_TOKENS
 
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
-    from rollout.config import project_root
+    from rollfleet.paths import ROOT
 
-    return AutoTokenizer.from_pretrained(ensure_tiny_glm(project_root() / ".cache" / "models"))
+    return AutoTokenizer.from_pretrained(ensure_tiny_glm(ROOT / ".cache" / "models"))
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +34,9 @@ def tools():
 
 @pytest.fixture(scope="session")
 def guarded_grammar():
-    """vLLM's xgrammar grammar class as the project's engines run it (serving/vllm_plugin.py:
+    """vLLM's xgrammar grammar class as the project's engines run it (serving/engine/plugin.py:
     the UTF-8 guard on every token mask)."""
-    from serving.vllm_plugin import hold_grammars
+    from serving.engine.plugin import hold_grammars
 
     hold_grammars()
     from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar

@@ -38,8 +38,8 @@ def test_an_unbounded_integer_gets_fifteen_digits(compiler, tokenizer):
 @pytest.mark.parametrize(("schema", "inside", "outside"), [
     ({"type": "number", "minimum": -0.5, "maximum": 0.5},
      ["-0.5", "0", "0.25", "0.499999999", "-0.1"], ["0.51", "-0.6", "1", ".5", "0.5000000001"]),
-    ({"type": "number", "exclusiveMinimum": 0, "maximum": 4, "multipleOf": 0.01},
-     ["0.01", "4", "3.99", "2.5"], ["0", "0.001", "4.01", "-1"]),
+    ({"type": "number", "exclusiveMinimum": 0, "maximum": 4, "multipleOf": 1},
+     ["1", "4", "3"], ["0", "0.5", "4.01", "-1"]),
     ({"type": "number", "minimum": 0.01, "maximum": 1000000},
      ["0.01", "1000000", "999999.99"], ["0.009", "1000000.1", "0"]),
 ])
@@ -128,6 +128,7 @@ def test_patterns_match_whole_and_unicode_classes_stay_subsets(compiler, tokeniz
     ({"not": {"type": "string"}}, "not"),
     ({"type": "object", "properties": {"a": {}}, "if": {"required": ["a"]}}, "if"),
     ({"type": "number", "multipleOf": 0.25}, "multipleOf"),
+    ({"type": "number", "multipleOf": 0.01}, "multipleOf"),
     ({"type": "integer", "multipleOf": 3}, "multipleOf"),
     ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf"),
     ({"type": "object", "patternProperties": {"^x": {}}}, "patternProperties"),

@@ -6,7 +6,7 @@ Why the project's own connector and not vLLM's `MooncakeStoreConnector`: on the 
 that raises when instantiated; it also makes every engine a full Mooncake client whose own
 memory is part of the pool (gone when the engine restarts) and whose transfer engine listens
 on every interface. This connector keeps vLLM's semantics with less: engines are thin clients of
-one store process (serving/kvtier/client.py).
+one store process (serving/engine/kvtier/client.py).
 
 Scheduler side (in the engine-core process):
 - `get_num_new_matched_tokens`: the request's block hashes past its local prefix-cache hit (the
@@ -21,7 +21,7 @@ Scheduler side (in the engine-core process):
   Since the tier is shared, every engine announces every tier block as its own host tier.
 
 Worker side: `start_load_kv` loads the planned blocks into their engine blocks (one object per
-block, serving/kvtier/blocks.py) and reports the ones that failed, which vLLM recomputes
+block, serving/engine/kvtier/blocks.py) and reports the ones that failed, which vLLM recomputes
 (`kv_load_failure_policy: recompute`); `wait_for_save` copies the step's finished blocks into
 staging and stores them in the background.
 """
@@ -41,8 +41,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
-from serving.kvtier.blocks import BlockLayout, block_key, namespace
-from serving.kvtier.client import Saved, TierClient
+from serving.engine.kvtier.blocks import BlockLayout, block_key, namespace
+from serving.engine.kvtier.client import Saved, TierClient
 
 if TYPE_CHECKING:
     import torch

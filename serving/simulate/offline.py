@@ -8,7 +8,7 @@ ratio that the 2-core host's Python client and frontend cannot keep up with).
 
 Routing policies: `round_robin` and `kv` are the replay's own router modes. Session affinity is a
 frontend feature in Dynamo 1.6.1 (not part of the replay's router config): `kv_soft` runs on
-live engines only (serving/sim/live.py).
+live engines only (serving/simulate/live.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rollfleet.stats import percentile
 
 BLOCK = 64  # engine KV block (tokens); vLLM's default for this model family
 POLICIES = {"round_robin": "round_robin", "kv": "kv_router"}
@@ -92,14 +94,6 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
         "wall_s": round(wall, 2), "lanes": lanes, "policy": policy}
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    k = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
-    return values[k]
-
-
 def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | None) -> dict:
     def index(r: dict) -> int:
         return int(str(r["session_id"]).lstrip("s"))
@@ -118,9 +112,9 @@ def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | No
     return {
         "requests": len(done),
         "tok_s_user": 1000.0 * decode_tokens / decode_ms if decode_ms else float("nan"),
-        "tok_s_user_p10": _pct(per_user, 0.10),
-        "tok_s_user_p50": _pct(per_user, 0.50),
-        "ttft_p50_s": _pct(ttft, 0.5), "ttft_p90_s": _pct(ttft, 0.9),
+        "tok_s_user_p10": percentile(per_user, 0.10),
+        "tok_s_user_p50": percentile(per_user, 0.50),
+        "ttft_p50_s": percentile(ttft, 0.5), "ttft_p90_s": percentile(ttft, 0.9),
         "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
         # per-token ITL percentiles are the replay's own (all requests, warm-up included)
         "itl_p50_ms": summary.get("median_itl_ms"), "itl_p90_ms": summary.get("p90_itl_ms"),

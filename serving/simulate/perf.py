@@ -37,12 +37,16 @@ from typing import Any
 
 import numpy as np
 
+from kernels.kv_capacity import bytes_per_token
+from kernels.kv_formats import KVFormat
+
 log = logging.getLogger(__name__)
 
-# Bytes per token per layer of the MLA cache (shared/notes/kv-formats.md): the latent row in each
-# format plus the DSA indexer's own key row (128 B fp8 + a 4 B scale), which no format shrinks.
-LATENT_BYTES = {"nvfp4": 352, "fp8": 656, "fp8_ds_mla": 656, "auto": 1152, "bfloat16": 1152}
-INDEXER_BYTES = 132
+# vLLM's --kv-cache-dtype -> the MLA row format (kernels/kv_formats.py holds the row sizes):
+# "fp8" is the seed's 576-byte per-tensor row, "fp8_ds_mla" vLLM's 656-byte FlashMLA row. Each
+# token-layer also keeps the DSA indexer's own key row, which no format shrinks.
+ROW_FORMATS = {"nvfp4": KVFormat.NVFP4, "fp8": KVFormat.FP8, "fp8_ds_mla": KVFormat.FP8_DS,
+               "auto": KVFormat.BF16, "bfloat16": KVFormat.BF16}
 KV_LAYERS = 78 + 1  # GLM-5.x: 78 decoder layers and the MTP layer each keep a KV cache
 
 # Which checkpoint aiconfigurator models on each system: Blackwell runs the NVFP4 weights, Hopper
@@ -169,11 +173,11 @@ def kv_budget_bytes(spec: PerfSpec, gpu_memory_utilization: float = 0.9) -> floa
 
 def kv_bytes_per_token(kv_cache_dtype: str) -> int:
     """Bytes one token's cache takes on each rank (all layers), by cache format."""
-    latent = LATENT_BYTES.get(kv_cache_dtype)
-    if latent is None:
+    fmt = ROW_FORMATS.get(kv_cache_dtype)
+    if fmt is None:
         raise ValueError(f"no MLA row size known for kv_cache_dtype {kv_cache_dtype!r}; "
-                         f"known: {sorted(LATENT_BYTES)}")
-    return KV_LAYERS * (latent + INDEXER_BYTES)
+                         f"known: {sorted(ROW_FORMATS)}")
+    return bytes_per_token(fmt, KV_LAYERS)
 
 
 def capacity_tokens(spec: PerfSpec, kv_cache_dtype: str,

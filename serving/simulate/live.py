@@ -22,8 +22,9 @@ from typing import Any
 
 import httpx
 
+from rollfleet.stats import percentile
 from serving.config import ModelConfig, ServingConfig, ServingError
-from serving.sim import offline
+from serving.simulate import offline
 
 ROUTING = {"round_robin": ("round-robin", "off"), "kv": ("kv", "off"), "kv_soft": ("kv", "soft")}
 
@@ -118,20 +119,16 @@ def summarize(turns: list[dict], speedup: float) -> dict:
     per_user = [len(t["gaps"]) / (sum(t["gaps"]) * speedup) for t in turns
                 if t["gaps"] and sum(t["gaps"]) > 0]
 
-    def pct(values: list[float], q: float) -> float:
-        values = sorted(values)
-        return values[min(len(values) - 1, round(q * (len(values) - 1)))] if values else \
-            float("nan")
-
     decode_s = sum(sum(t["gaps"]) for t in turns) * speedup
     return {"requests": len(turns),
             "tok_s_user": sum(len(t["gaps"]) for t in turns) / decode_s if decode_s else
             float("nan"),
-            "tok_s_user_p10": pct(per_user, 0.1), "tok_s_user_p50": pct(per_user, 0.5),
-            "ttft_p50_s": pct(ttft, 0.5), "ttft_p90_s": pct(ttft, 0.9),
+            "tok_s_user_p10": percentile(per_user, 0.1),
+            "tok_s_user_p50": percentile(per_user, 0.5),
+            "ttft_p50_s": percentile(ttft, 0.5), "ttft_p90_s": percentile(ttft, 0.9),
             "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
-            "itl_p50_ms": pct(gaps, 0.5), "itl_p90_ms": pct(gaps, 0.9),
-            "itl_p99_ms": pct(gaps, 0.99),
+            "itl_p50_ms": percentile(gaps, 0.5), "itl_p90_ms": percentile(gaps, 0.9),
+            "itl_p99_ms": percentile(gaps, 0.99),
             "prefix_reuse": (sum(t["cached"] for t in turns) / sum(t["prompt"] for t in turns)
                              if turns else 0.0),
             "output_tok_s": float("nan"), "sim_hours": float("nan"), "preemptions": None}

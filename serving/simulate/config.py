@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from serving.config import ServingConfig, one_of
-from serving.sim.offline import POLICIES
+from serving.simulate.offline import POLICIES
 
 SYSTEMS = ("gb200", "gb300", "b200_sxm", "b300_sxm", "h200_sxm", "h100_sxm")
 PERF_BACKENDS = ("vllm", "sglang", "trtllm")

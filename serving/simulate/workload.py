@@ -21,6 +21,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollfleet.run_dir import RunDir
+
 TRACE_BLOCK = 512
 
 
@@ -60,9 +62,10 @@ def read_records(run_dir: Path) -> list[list[Turn]]:
     """The turns of every record in a rollfleet run folder (`<run>/data/*.parquet`)."""
     import pyarrow.parquet as pq
 
-    files = sorted((Path(run_dir) / "data").glob("*.parquet"))
+    data = RunDir(Path(run_dir)).data
+    files = sorted(data.glob("*.parquet"))
     if not files:
-        raise FileNotFoundError(f"{run_dir}/data has no record files (*.parquet): is it a run "
+        raise FileNotFoundError(f"{data} has no record files (*.parquet): is it a run "
                                 "folder of `python -m rollout.run`?")
     sessions = []
     for path in files:

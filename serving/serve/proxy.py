@@ -88,7 +88,7 @@ class ToolCallProxy:
         except json.JSONDecodeError as exc:
             return _error(400, f"the body is not JSON: {exc}")
         tools = body.get("tools") or []
-        if not tools or body.get("tool_choice") == "none" or not self.sampler.constrainable:
+        if not tools or body.get("tool_choice") == "none" or not self.endpoint.constrainable:
             return await self._relay(request, raw)
         try:
             answer = await self._constrained(body, tools)
@@ -109,14 +109,14 @@ class ToolCallProxy:
         parallel = bool(body.get("parallel_tool_calls", False))
         prompt = self.sampler.renderer.prompt_ids([_for_template(m) for m in body["messages"]],
                                                   tools)
-        sampling = Sampling(max_tokens, float(body.get("temperature", 1.0)),
-                            float(body.get("top_p", 1.0)), body.get("seed"))
+        sampling = Sampling(max_tokens, float(body.get("temperature", Sampling.temperature)),
+                            float(body.get("top_p", Sampling.top_p)), body.get("seed"))
         turn = await self.sampler.sample(prompt, tools, choice, parallel, sampling, "")
-        message: dict[str, Any] = {"role": "assistant", "content": turn.parsed.content or None}
+        message: dict[str, Any] = {"role": "assistant", "content": turn.content or None}
         if turn.calls:
             message["tool_calls"] = [c.openai() for c in turn.calls]
-        if turn.parsed.reasoning:
-            message["reasoning_content"] = turn.parsed.reasoning
+        if turn.reasoning:
+            message["reasoning_content"] = turn.reasoning
         finish = "tool_calls" if turn.calls else turn.generation.finish_reason or "stop"
         n_out = len(turn.generation.token_ids)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",

@@ -2,10 +2,10 @@
 GLM-5.x GPU fleet at full scale, simulated on this CPU.
 
 Simulated engines (NVIDIA Dynamo's mocker) are timed by a GLM-5.3 perf table built from
-aiconfigurator-core's measured kernel data (serving/sim/perf.py) and run a workload of agent
-sessions (serving/sim/workload.py), either through Dynamo's offline replay (virtual clock, the
+aiconfigurator-core's measured kernel data (serving/simulate/perf.py) and run a workload of agent
+sessions (serving/simulate/workload.py), either through Dynamo's offline replay (virtual clock, the
 replay's KV router; `simulate.mode=offline`, the default) or live behind the real frontend and KV
-router (`simulate.mode=live`, serving/sim/live.py: small fleets only, the 2-core host is the
+router (`simulate.mode=live`, serving/simulate/live.py: small fleets only, the 2-core host is the
 limit). Commands:
   run        one fleet: `simulate.groups` x (P:D of the serving config), `simulate.sessions`
   seed       the seed's figures beside the published ones (1P:4D, 66 sessions, ITL, KV formats)
@@ -21,20 +21,19 @@ import logging
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from serving.config import ServingConfig, ServingError, store_schema
-from serving.sim import offline, perf, workload
-from serving.sim.config import SimulateConfig, topology
+from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
+from rollfleet.paths import CONF, cache_dir
+from serving.config import ServingConfig
+from serving.simulate import offline, perf, workload
+from serving.simulate.config import SimulateConfig, topology
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
 COMMANDS = ("run", "seed", "sweep", "recommend")
 RATIOS = (1, 2, 3, 4, 5, 6)
 CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
@@ -103,7 +102,7 @@ class Sim:
         trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
                                      self.sessions(count))
         if self.cfg.mode == "live":
-            from serving.sim.live import run_live
+            from serving.simulate.live import run_live
 
             result = run_live(self, fleet, lanes, policy)
         else:
@@ -324,7 +323,6 @@ def cmd_recommend(sim: Sim) -> dict:
 def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, str | None]:
     from hydra import compose, initialize_config_dir
     from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
 
     store_schema("serving", ServingConfig)
     store_schema("simulate", SimulateConfig)
@@ -333,14 +331,9 @@ def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, st
         "work_dir": None, "cache_dir": None})
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose("rollfleet_simulate", overrides=argv)
-    serving = OmegaConf.to_object(cfg.serving)
-    sim = OmegaConf.to_object(cfg.simulate)
-    for f in fields(SimulateConfig):
-        choices = f.metadata.get("choices")
-        if choices and getattr(sim, f.name) not in choices:
-            raise ServingError(f"simulate.{f.name} must be one of {choices}, "
-                               f"got {getattr(sim, f.name)!r}")
-    return serving, sim, cfg.get("work_dir"), cfg.get("cache_dir")
+    return (typed(ServingConfig, cfg.serving, "serving"),
+            typed(SimulateConfig, cfg.simulate, "simulate"), cfg.get("work_dir"),
+            cfg.get("cache_dir"))
 
 
 def main(argv: list[str]) -> int:
@@ -359,16 +352,15 @@ def _main(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else "run"
     overrides = argv[1:] if argv and argv[0] in COMMANDS else argv
     try:
-        serving, cfg, work_dir, cache_dir = load(overrides)
-    except Exception as exc:  # Hydra and OmegaConf errors: one line, what to fix
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        serving, cfg, work_dir, configured_cache = load(overrides)
+    except ConfigError as exc:
+        return bad_config(str(exc))
+    except Exception as exc:  # Hydra's and OmegaConf's errors: one line, what to fix
+        return bad_config(one_line(exc))
     if serving.mode not in ("disagg", "kv_routed", "mocker"):
-        print(f"error: serving.mode={serving.mode} has no Dynamo workers to simulate; use a "
-              "disagg or kv_routed topology (serving=glm5_gpu, disagg, kv_routed)",
-              file=sys.stderr)
-        return 2
-    cache = Path(cache_dir) if cache_dir else ROOT / ".cache"
+        return bad_config(f"serving.mode={serving.mode} has no Dynamo workers to simulate; use "
+                          "a disagg or kv_routed topology (serving=glm5_gpu, disagg, kv_routed)")
+    cache = cache_dir(configured_cache)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rollfleet-sim-") as tmp:
         sim = Sim(serving, cfg, Path(work_dir or tmp), cache)
@@ -402,11 +394,3 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "missing"
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("aiconfigurator_core", "dynamo"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    sys.exit(main(sys.argv[1:]))
-

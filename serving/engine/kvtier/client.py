@@ -20,7 +20,7 @@ client does about them:
 
 Every stored and every vanished block is announced on the tier's event bus (ZMQ through a
 loopback XSUB/XPUB proxy): each engine's connector turns the announcements into KV events for
-NVIDIA Dynamo's router (serving/kvtier/connector.py).
+NVIDIA Dynamo's router (serving/engine/kvtier/connector.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from serving.kvtier.blocks import BlockLayout
+from serving.engine.kvtier.blocks import BlockLayout
 
 log = logging.getLogger("vllm.rollfleet.kvtier")  # vLLM configures its own loggers only
 

@@ -1,0 +1,56 @@
+"""One way to serve: its workers, how it starts, restarts and stops them, its front door."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.endpoint import EngineSlot
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What every topology is given: its settings and where its files go."""
+
+    serving: ServingConfig
+    model: ModelConfig
+    model_dir: Path
+    run_dir: Path
+    cache_dir: Path
+    kv_tier: dict | None = None  # the KV tier's connector settings, when the tier runs
+
+
+@dataclass(frozen=True)
+class Started:
+    root_url: str  # the front door's root (the OpenAI API is under /v1)
+    engines: list[EngineSlot]
+    router_metrics: str = ""
+
+
+class Topology:
+    """Subclasses say how; the cluster (serving/cluster.py) drives them in this order:
+    `check()` before anything starts, `start()`, any `restart(name)`, and `stop()` on every
+    way out (also after a failed start: it stops what was started)."""
+
+    name: ClassVar[str]
+    front_door: ClassVar[str] = "vllm"
+    takes_kv_tier: ClassVar[bool] = True  # runs engines that can use the host KV tier
+
+    def __init__(self, where: Placement, on_restart: Callable[[EngineSlot], None]) -> None:
+        self.where = where
+        self.on_restart = on_restart  # a restarted engine's new slot, for the roster
+
+    def check(self) -> None:
+        """ServingError for settings this topology cannot run, before anything starts."""
+
+    def start(self) -> Started:
+        raise NotImplementedError
+
+    def restart(self, name: str) -> None:
+        raise ServingError(f"serving={self.name} cannot restart its engine {name!r}")
+
+    def stop(self) -> None:
+        raise NotImplementedError
