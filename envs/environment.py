@@ -21,6 +21,9 @@ SYSTEM_PROMPT = (
 )
 
 
+REWARDS = ("hidden_tests", "first_call")
+
+
 class SandboxError(EnvError):
     """The session's sandbox could not be set up: an infrastructure failure, not a reward."""
 
@@ -43,6 +46,11 @@ class EnvConfig:
     scratch_dir: str | None = None  # where session folders live; null: the system temp folder
     on_bad_task: str = field(default="skip", metadata={"choices": ("skip", "fail")})
     sandbox: dict = field(default_factory=dict)  # SandboxPolicy fields
+    # hidden_tests: the task's hidden tests grade the final changes; first_call: 1.0 when the
+    # session's first tool call names `reward_tool` (a reward random weights can learn to earn:
+    # the RL example, conf/experiment/rl_loop.yaml)
+    reward: str = field(default="hidden_tests", metadata={"choices": REWARDS})
+    reward_tool: str = "run_tests"
 
 
 class Episode:
@@ -56,17 +64,24 @@ class Episode:
                                        prefix=f"{task.task_id}-", policy=policy)
         except OSError as exc:
             raise SandboxError(f"task {task.task_id}: sandbox could not start: {exc}") from None
+        self.calls: list[str] = []  # the names of the calls run, in order
         self.toolbox = ToolBox(self.workspace, env.tools, env.cfg.tool_timeout_s,
                                env.cfg.max_output_chars,
                                task.repo.visible_test_argv(self.workspace.python()))
 
     def call(self, name: str, arguments: str | dict) -> ToolResult:
+        self.calls.append(name)
         try:
             return self.toolbox.call(name, arguments)
         except SandboxFailure as exc:
             raise SandboxError(f"task {self.task.task_id}: sandbox failed: {exc}") from None
 
     def score(self) -> Score:
+        if self.env.cfg.reward == "first_call":
+            first = self.calls[0] if self.calls else ""
+            return Score(1.0 if first == self.env.cfg.reward_tool else 0.0, 0, 0,
+                         f"[first call: {first or 'none'}; rewarded: {self.env.cfg.reward_tool}]",
+                         self.workspace.changes().diff)
         return score_changes(self.task, self.workspace.changes(), self.env.scratch,
                              self.env.cfg.score_timeout_s, self.env.policy,
                              self.env.cfg.max_output_chars)
@@ -92,6 +107,9 @@ class Environment:
         # Start-up: the session folders, mounts and cgroups of dead processes go.
         sweep(self.scratch or Path(tempfile.gettempdir()))
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
+        names = [t["function"]["name"] for t in self.tools]
+        if cfg.reward == "first_call" and cfg.reward_tool not in names:
+            raise EnvError(f"env.reward_tool={cfg.reward_tool!r} is not a tool; tools: {names}")
         self.tasks = {t.task_id: t for t in self._select(load_suite(cfg))}
         if not self.tasks:
             raise EnvError(f"environment {cfg.name}: no usable tasks")

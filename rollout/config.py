@@ -19,8 +19,10 @@ from envs import EnvConfig
 from rollfleet.cli import store_schema, typed
 from rollout.corpus import CorpusConfig
 from rollout.model_client import CONSTRAINTS, SamplingConfig
+from rollout.session import SessionLimits
 from rollout.tracking import LoggerConfig
 from serving import ModelConfig, ServingConfig
+from serving.policy import PAUSE_MODES
 
 T = TypeVar("T")
 
@@ -50,6 +52,16 @@ class RolloutConfig:
     max_retries: int = 3  # attempts after an infra error
     retry_backoff_s: float = 10.0  # attempt n waits retry_backoff_s * 2^(n-1) (10, 20, 40 s)
     max_consecutive_infra: int = 20  # infrastructure errors in a row that stop the run
+    # RL (rollout/policy_fence.py): how turns in flight meet a weight update, and how many
+    # policy versions a session may outlive (null: any); a stale one is ended, or kept and
+    # marked (left out of the trainer's view)
+    update_mode: str = field(default="wait", metadata={"choices": PAUSE_MODES})
+    max_policy_lag: int | None = None
+    stale_sessions: str = field(default="end", metadata={"choices": ("end", "keep")})
+
+    def limits(self) -> SessionLimits:
+        return SessionLimits(self.max_turns, self.max_tokens_per_turn, self.max_total_tokens,
+                             self.max_policy_lag, self.stale_sessions)
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_p, self.tool_choice,
@@ -72,10 +84,22 @@ class OutputConfig:
     shard_size: int = 64  # records per compacted parquet shard
 
 
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The RL example's trainer (rollout/reinforce.py): off unless an experiment turns it on
+    (conf/experiment/rl_loop.yaml)."""
+
+    enabled: bool = False
+    steps: int = 20
+    groups_per_step: int = 4
+    lr: float = 1e-3
+    ahead: int | None = None  # groups that may wait for the trainer (default: two steps')
+
+
 SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env": EnvConfig,
                             "rollout": RolloutConfig, "ray": RayConfig,
                             "corpus": CorpusConfig, "output": OutputConfig,
-                            "logger": LoggerConfig}
+                            "logger": LoggerConfig, "trainer": TrainerConfig}
 
 
 def register_schemas() -> None:

@@ -52,6 +52,8 @@ TURN = {
     "prefill_engine_id": Value("string"),  # disaggregated serving: the engine that prefilled it
     "latency_s": Value("float32"),
     "tool_s": Value("float32"),
+    "policy_version": Value("int32"),  # the weights every token of the turn was sampled from
+    "resampled": Value("int32"),  # times the turn was sampled again: an update cut it short
 }
 
 MESSAGE = {
@@ -86,8 +88,9 @@ FEATURES = Features({
     "node_id": Value("string"),  # the Ray node whose actor ran the session (and its sandbox)
     "task_difficulty": Value("string"),  # the task's labels, for reports (envs: Task)
     "task_category": Value("string"),
-    "status": Value("string"),  # ok | truncated | infra_error | error (README: The record)
-    "stop_reason": Value("string"),  # submitted | max_turns | max_tokens | context_length | error
+    "status": Value("string"),  # ok | truncated | stale | infra_error | error (README: The record)
+    # submitted | max_turns | max_tokens | context_length | policy_lag | error
+    "stop_reason": Value("string"),
     "error": Value("string"),
     "reward": Value("float32"),
     "reward_info": {
@@ -106,6 +109,9 @@ FEATURES = Features({
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),
     "prefix_consistent": Value("bool"),
+    "policy_version": Value("int32"),  # the version of the session's first turn
+    "policy_versions": List(Value("int32")),  # every version its turns were sampled from
+    "stale": Value("bool"),  # the session outlived rollout.max_policy_lag (kept, not trained)
     "prefix_breaks": List(PREFIX_BREAK),
     "token_ids": List(Value("int32")),
     "loss_mask": List(Value("int8")),
@@ -127,10 +133,15 @@ class Job:
     task_id: str
     sample_index: int
     attempt: int = 0
+    group: int | None = None  # an RL loop's group of this task (None: one group per task)
 
     @property
     def rollout_id(self) -> str:
         return f"{self.task_id}/{self.sample_index}"
+
+    @property
+    def group_id(self) -> str:
+        return self.task_id if self.group is None else f"{self.task_id}@{self.group}"
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,8 @@ class TurnRecord:
     prefill_engine_id: str
     latency_s: float
     tool_s: float
+    policy_version: int = 0
+    resampled: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -237,6 +250,7 @@ class SessionTrace:
     breaks: list[PrefixBreak] = field(default_factory=list)
     node_id: str = ""
     labels: tuple[str, str] = ("", "")  # the task's (difficulty, category)
+    stale: bool = False  # went on past the policy lag bound (rollout.stale_sessions=keep)
 
 
 def build_record(job: Job, provenance: Provenance, outcome: Outcome,
@@ -251,7 +265,7 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
     scored = outcome.reward is not None
     return {
         "rollout_id": job.rollout_id, "run_id": provenance.run_id, "task_id": job.task_id,
-        "group_id": job.task_id, "sample_index": job.sample_index, "attempt": job.attempt,
+        "group_id": job.group_id, "sample_index": job.sample_index, "attempt": job.attempt,
         "node_id": trace.node_id, "task_difficulty": trace.labels[0],
         "task_category": trace.labels[1], "status": outcome.status,
         "stop_reason": outcome.stop_reason,
@@ -269,6 +283,9 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
         "completion_tokens": sum(t.completion_tokens for t in turns),
         "cached_tokens": sum(t.cached_tokens for t in turns),
         "prefix_consistent": consistent, "prefix_breaks": [asdict(b) for b in trace.breaks],
+        "policy_version": turns[0].policy_version if turns else 0,
+        "policy_versions": sorted({t.policy_version for t in turns}),
+        "stale": trace.stale,
         "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
         "timings": asdict(timings or Timings()), "provenance": provenance.stamp(),
     }

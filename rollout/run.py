@@ -45,7 +45,6 @@ from rollout.corpus import corpus_message, source_of
 from rollout.model_client import check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
-from rollout.session import SessionLimits
 from rollout.shared_cluster import SWEEP_CLUSTER
 from rollout.sink import RecordSink
 from rollout.summary import RunningTally, print_summary, summarize
@@ -141,8 +140,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
         try:
             per_actor = -(-rollout.max_sessions // rollout.workers)
             worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
-            limits = SessionLimits(rollout.max_turns, rollout.max_tokens_per_turn,
-                                   rollout.max_total_tokens)
+            limits = rollout.limits()
             scheduler = Scheduler(
                 lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits, int(cfg.seed),
                                           provenance),
@@ -242,7 +240,13 @@ def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: run.log only
     try:
-        run(cfg)
+        trainer = validate(cfg)["trainer"]
+        if trainer.enabled:  # the RL example: a trainer drives the fleet (rollout/loop.py)
+            from rollout.reinforce import train
+
+            train(cfg, trainer, Path(HydraConfig.get().runtime.output_dir))
+        else:
+            run(cfg)
     except USER_ERRORS as exc:
         sys.exit(bad_config(str(exc)))
     except Terminated:

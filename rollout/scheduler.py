@@ -34,6 +34,28 @@ class RunAborted(RuntimeError):
     """The infrastructure kept failing: the run stops instead of burning every rollout."""
 
 
+class JobSource:
+    """Jobs handed out as they may start: `take()` None means none now, `finished()` none
+    ever again."""
+
+    def take(self) -> Job | None:
+        raise NotImplementedError
+
+    def finished(self) -> bool:
+        raise NotImplementedError
+
+
+class JobList(JobSource):
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = list(reversed(jobs))
+
+    def take(self) -> Job | None:
+        return self.jobs.pop() if self.jobs else None
+
+    def finished(self) -> bool:
+        return not self.jobs
+
+
 class Scheduler:
     """Least-loaded dispatch over a fixed set of actors, as many in flight as admitted."""
 
@@ -52,27 +74,30 @@ class Scheduler:
         self.consecutive_infra = 0
         self.in_flight = 0  # sessions running now (for the progress display)
 
-    def run(self, jobs: list[Job], on_record: Callable[[dict[str, Any]], None]) -> None:
-        queue = list(reversed(jobs))
+    def run(self, jobs: list[Job] | JobSource,
+            on_record: Callable[[dict[str, Any]], None]) -> None:
+        """Run every job of `jobs` (a list, or a source that hands out jobs as it allows)."""
+        source = jobs if isinstance(jobs, JobSource) else JobList(jobs)
+        queue: list[Job] = []  # retries due now
         delayed: list[tuple[float, Job]] = []  # retries waiting out their backoff
         pending: dict[ray.ObjectRef, tuple[Job, int, Any]] = {}
         load = [0] * len(self.workers)
-        while queue or pending or delayed:
+        while queue or pending or delayed or not source.finished():
             now = time.monotonic()
             queue.extend(job for due, job in delayed if due <= now)
             delayed = [(due, job) for due, job in delayed if due > now]
-            if not pending and not queue:
-                time.sleep(min(1.0, min(due for due, _ in delayed) - now))
-                continue
             limit = self.admission.limit()
-            while queue and len(pending) < limit:
-                job = queue.pop()
+            while len(pending) < limit:
+                job = queue.pop() if queue else source.take()
+                if job is None:
+                    break
                 w = min(range(len(self.workers)), key=load.__getitem__)
                 worker = self.workers[w]
                 pending[worker.run.remote(job, self.engine_names())] = (job, w, worker)
                 load[w] += 1
             self.in_flight = len(pending)
             if not pending:
+                time.sleep(0.05 if not delayed else min(1.0, min(d for d, _ in delayed) - now))
                 continue
             with _signals_pass_through():
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)

@@ -17,6 +17,7 @@ from typing import Any
 
 from envs import Environment, SandboxError
 from rollout.model_client import CallBudgetExhausted, ModelClient
+from rollout.policy_fence import TurnFence
 from rollout.record import (
     Job,
     Outcome,
@@ -44,6 +45,8 @@ class SessionLimits:
     max_turns: int
     max_tokens_per_turn: int
     max_total_tokens: int  # completion tokens over the whole session
+    max_policy_lag: int | None = None  # policy versions a session may outlive its first turn's
+    stale_sessions: str = "end"  # end: stop it (status stale) | keep: finish it, marked stale
 
 
 class SessionEnd(Exception):
@@ -67,6 +70,12 @@ class ContextLimit(SessionEnd):
     stop_reason = "context_length"
 
 
+class PolicyLag(SessionEnd):
+    """The policy moved on more than rollout.max_policy_lag versions since the first turn."""
+
+    stop_reason, status = "policy_lag", "stale"
+
+
 def request_seed(base: int, job: Job, turn: int) -> int:
     """Deterministic per (run seed, task, sample, turn): a session replays exactly."""
     digest = hashlib.sha256(f"{base}:{job.task_id}:{job.sample_index}:{turn}".encode()).digest()
@@ -75,8 +84,11 @@ def request_seed(base: int, job: Job, turn: int) -> int:
 
 class Session:
     def __init__(self, job: Job, env: Environment, client: ModelClient, limits: SessionLimits,
-                 seed: int, provenance: Provenance, node_id: str = "") -> None:
+                 seed: int, provenance: Provenance, node_id: str = "",
+                 fence: TurnFence | None = None) -> None:
         self.job, self.env, self.client, self.limits = job, env, client, limits
+        self.fence = fence or TurnFence()
+        self.first_version: int | None = None
         self.seed, self.provenance = seed, provenance
         self.session_id = f"{provenance.run_id}:{job.rollout_id}:{job.attempt}"  # router's key
         self.trace = SessionTrace(messages=env.prompt(env.tasks[job.task_id]), node_id=node_id,
@@ -96,6 +108,8 @@ class Session:
                     await self._turn(episode)
             except SessionEnd as end:
                 status, stop_reason = end.status, end.stop_reason
+            if status == PolicyLag.status:  # never trained on: not worth its hidden tests
+                return self._record(Outcome(status, stop_reason), start)
             score_start = time.perf_counter()
             score = await asyncio.to_thread(episode.score)
             self.timings.score_s = time.perf_counter() - score_start
@@ -132,8 +146,7 @@ class Session:
             raise short()
         seed = request_seed(self.seed, self.job, n)
         try:
-            done = await self.client.complete(self.prompt_ids, self.trace.messages,
-                                              self.env.tools, budget, seed, self.session_id)
+            done, version, resampled = await self._sample(n, budget, seed)
         except PromptTooLong:
             raise ContextLimit() from None
         except CallBudgetExhausted:  # a call that could not finish is never started
@@ -145,12 +158,39 @@ class Session:
         history = [*self.trace.messages, done.assistant_message()]
         calls, new, submitted, tool_s = await self._run_tools(episode, done)
         self.timings.tool_s += tool_s
-        turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode))
+        turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode,
+                                  version, resampled))
         self.prompt_ids = self.client.next_prompt(self.prompt_ids, done, history, new,
                                                   self.env.tools)
         self.trace.messages = history + new
         if submitted:
             raise Submitted()
+
+    async def _sample(self, n: int, budget: int, seed: int) -> tuple[ToolTurn, int, int]:
+        """One turn sampled whole from one policy version: (turn, its version, how many times
+        an update cut it short and it was sampled again)."""
+        key = f"{self.session_id}:{n}"
+        resampled = 0
+        while True:
+            version = await self.fence.begin(key)
+            try:
+                self._check_lag(version)
+                done = await self.client.complete(self.prompt_ids, self.trace.messages,
+                                                  self.env.tools, budget, seed, self.session_id)
+            finally:
+                whole = await self.fence.end(key)
+            if whole and done.generation.finish_reason != "abort":
+                return done, version, resampled
+            resampled += 1
+
+    def _check_lag(self, version: int) -> None:
+        if self.first_version is None:
+            self.first_version = version
+        lag = self.limits.max_policy_lag
+        if lag is not None and version - self.first_version > lag:
+            if self.limits.stale_sessions == "end":
+                raise PolicyLag()
+            self.trace.stale = True
 
     def _check_prefix(self, n: int, done: ToolTurn) -> None:
         """The prompt the server ran must extend the previous prompt + completion."""
@@ -203,7 +243,7 @@ class Session:
 
 
 def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: float,
-                 logprobs_mode: str) -> TurnRecord:
+                 logprobs_mode: str, version: int, resampled: int) -> TurnRecord:
     gen, s = done.generation, done.sampling
     return TurnRecord(
         index=n, prompt_token_ids=gen.prompt_token_ids, completion_token_ids=gen.token_ids,
@@ -213,4 +253,4 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         tool_calls=calls, constraint=done.constraint, issues=done.issues,
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
-        latency_s=gen.latency_s, tool_s=tool_s)
+        latency_s=gen.latency_s, tool_s=tool_s, policy_version=version, resampled=resampled)

@@ -9,6 +9,7 @@ import ray
 
 from envs import EnvConfig, load
 from rollout.model_client import ModelClient, SamplingConfig
+from rollout.policy_fence import TurnFence
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits
 from serving import Endpoint
@@ -18,11 +19,14 @@ class RolloutWorker:
     """Holds one environment and one model client; `run(job)` returns the job's record."""
 
     def __init__(self, env_cfg: EnvConfig, endpoint: Endpoint, sampling: SamplingConfig,
-                 limits: SessionLimits, seed: int, provenance: Provenance) -> None:
+                 limits: SessionLimits, seed: int, provenance: Provenance,
+                 board: Any | None = None) -> None:
+        """`board`: the RL loop's PolicyBoard actor (rollout/policy_fence.py), if any."""
         logging.basicConfig(level=logging.WARNING)
         self.env = load(env_cfg)
         self.client = ModelClient(endpoint, sampling)
         self.limits, self.seed, self.provenance = limits, seed, provenance
+        self.fence = TurnFence(board)
         self.node_id = ray.get_runtime_context().get_node_id()
 
     async def run(self, job: Job, engine_names: dict[str, str]) -> dict[str, Any]:
@@ -30,7 +34,7 @@ class RolloutWorker:
         instance id), so that the record names the engine that served each turn."""
         self.client.door.engine_names = engine_names
         return await Session(job, self.env, self.client, self.limits, self.seed,
-                             self.provenance, self.node_id).run()
+                             self.provenance, self.node_id, self.fence).run()
 
 
 def remote_worker(concurrency: int, num_cpus: float, spread: bool):

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.kvtier import MooncakeTier
 from serving.model_dir import resolve_model_dir, tokenizer_markup_ids
+from serving.policy import (
+    PolicyUpdateError,
+    SharedMemoryCheckpoints,
+    UpdateTimes,
+    check_checkpoint,
+    complete_model_dir,
+    on_all,
+    update_fleet,
+)
 from serving.topologies import TOPOLOGIES, topology_class
 from serving.topologies.base import Placement, Topology
 
@@ -40,7 +51,10 @@ class Cluster:
         self.kv_tier: MooncakeTier | None = None
         self.roster = Roster()
         self.endpoint: Endpoint | None = None
+        self.model_dir = Path()
         self._lock = threading.Lock()
+        self._updating = threading.Lock()
+        self._memory: SharedMemoryCheckpoints | None = None
 
     def __enter__(self) -> Endpoint:
         try:
@@ -53,7 +67,7 @@ class Cluster:
         self.stop()
 
     def _start(self) -> Endpoint:
-        model_dir = resolve_model_dir(self.model, self.cache_dir)
+        model_dir = self.model_dir = resolve_model_dir(self.model, self.cache_dir)
         markup = tokenizer_markup_ids(model_dir)
         tier = self._start_kv_tier()
         where = Placement(self.serving, self.model, model_dir, self.run_dir, self.cache_dir,
@@ -88,7 +102,50 @@ class Cluster:
         self.topology.restart(name)
         return next(e for e in self.roster.engines() if e.name == name)
 
+    def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
+                       mode: str = "wait",
+                       after_pause: Callable[[], None] = lambda: None) -> UpdateTimes:
+        """New policy weights on every engine, in place (serving/policy.py): `source` is a
+        checkpoint folder (safetensors) or the tensors themselves (name -> tensor, written
+        once to host shared memory). Checked against the served model before any engine
+        switches. `version` (default: the next) must be newer than the one served."""
+        with self._updating:
+            if self.topology is None:
+                raise ServingError("the cluster is not running")
+            current = self.roster.policy_version
+            version = current + 1 if version is None else version
+            if version <= current:
+                raise PolicyUpdateError(f"version {version} is not newer than the served "
+                                        f"version {current}")
+            if isinstance(source, dict):
+                if self._memory is None:
+                    self._memory = SharedMemoryCheckpoints(self.model_dir)
+                checkpoint = self._memory.write(source, version)
+            else:
+                checkpoint = Path(source).absolute()
+            check_checkpoint(self.model_dir, checkpoint)
+            scratch = self.run_dir / "policy"
+            scratch.mkdir(parents=True, exist_ok=True)
+            checkpoint = complete_model_dir(checkpoint, self.model_dir, scratch)
+            topology = self.topology
+            times = update_fleet(topology.controls(), checkpoint, version,
+                                 (topology.serving_dir, current), mode, after_pause)
+            topology.serving_dir, topology.policy_version = checkpoint, version
+            self.roster.policy_version = version
+            topology.after_update()
+            log.info("policy version %d served (%s): %.2f s", version, checkpoint,
+                     times.total_s)
+            return times
+
+    def abort_requests(self) -> None:
+        """Abort every request every engine holds (an update in `abort` mode)."""
+        if self.topology is not None:
+            on_all(self.topology.controls(), lambda c: c.abort_all())
+
     def stop(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
         with self._lock:
             topology, self.topology = self.topology, None
             tier, self.kv_tier = self.kv_tier, None

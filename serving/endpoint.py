@@ -62,6 +62,7 @@ class Roster:
         self._lock = threading.Lock()
         self._engines = tuple(engines)
         self.router_metrics = router_metrics  # the router's /metrics (Dynamo), not an engine's
+        self.policy_version = 0  # the weights every engine serves (serving/policy.py)
 
     def fill(self, engines: list[EngineSlot], router_metrics: str = "") -> None:
         """The engines a cluster started."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
 from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV
+from serving.policy import DEV_MODE_ENV
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 
 
@@ -44,6 +45,9 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
         "VLLM_HOST_IP": c.host,
         "PYTHONUNBUFFERED": "1",
         SAFE_GRAMMARS_ENV: "1",  # see serving/engine/plugin.py
+        # vLLM's routes for pausing, cache resets and new weights (serving/policy.py); the
+        # server binds loopback unless configured otherwise
+        DEV_MODE_ENV: "1",
     })
     if c.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"

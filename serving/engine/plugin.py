@@ -43,6 +43,7 @@ from typing import Any
 NIXL_PROGRESS_DELAY_ENV = "ROLLFLEET_NIXL_PROGRESS_DELAY_US"
 UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
+POLICY_VERSION_ENV = "ROLLFLEET_POLICY_VERSION"  # the weights' version an engine starts with
 GRAMMAR_CACHE_SIZE = 64  # whole compiled grammars an engine keeps
 _UNMASKED = "_rollfleet_unmasked_logprobs"  # attribute carried by the step's logits tensor
 

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from serving.config import ModelConfig, ServingConfig, ServingError
 from serving.endpoint import EngineSlot
+from serving.policy import EngineControl, PolicyUpdateError
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Topology:
     def __init__(self, where: Placement, on_restart: Callable[[EngineSlot], None]) -> None:
         self.where = where
         self.on_restart = on_restart  # a restarted engine's new slot, for the roster
+        # what the engines serve now: an engine (re)started later starts from these
+        self.serving_dir = where.model_dir
+        self.policy_version = 0
 
     def check(self) -> None:
         """ServingError for settings this topology cannot run, before anything starts."""
@@ -51,6 +55,13 @@ class Topology:
 
     def restart(self, name: str) -> None:
         raise ServingError(f"serving={self.name} cannot restart its engine {name!r}")
+
+    def after_update(self) -> None:
+        """Once every engine serves new weights (a router to tell, say)."""
+
+    def controls(self) -> list[EngineControl]:
+        """Each engine's pause / load / resume (serving/policy.py)."""
+        raise PolicyUpdateError(f"serving={self.name} cannot take new weights")
 
     def stop(self) -> None:
         raise NotImplementedError

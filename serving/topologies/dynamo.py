@@ -25,6 +25,8 @@ from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import EngineSlot
+from serving.engine.plugin import POLICY_VERSION_ENV
+from serving.policy import DynamoControl, EngineControl
 from serving.topologies.base import Started, Topology
 
 log = logging.getLogger(__name__)
@@ -91,11 +93,33 @@ class DynamoTopology(Topology):
             raise ServingError(f"serving.frontends must be >= 1, got {cfg.frontends}")
 
     def _worker(self, name: str, role: str, core: int | None) -> DynamoWorker:
+        """A worker serving what the fleet serves now (the latest weights, their version)."""
         w = self.where
         assert self.plane is not None
         extra = {"kv_tier": w.kv_tier} if w.kv_tier else {}
-        return self.worker_cls(name, role, w.model_dir, w.model, w.serving, w.run_dir,
-                               w.cache_dir, self.plane.env(), core=core, **extra)
+        env = {**self.plane.env(), POLICY_VERSION_ENV: str(self.policy_version)}
+        return self.worker_cls(name, role, self.serving_dir, w.model, w.serving, w.run_dir,
+                               w.cache_dir, env, core=core, **extra)
+
+    def after_update(self) -> None:
+        """One short request on each worker: vLLM publishes a cache reset to the router with
+        its next step's KV events, so each engine steps at once and the router drops the
+        blocks the reset removed (it would route by them until then; no KV is reused)."""
+        front = self.frontends[0].base_url
+        for worker in self.workers:
+            if worker.role == "prefill" or not worker.instance_id:
+                continue
+            try:
+                httpx.post(f"{front}/v1/completions", timeout=60, json={
+                    "model": self.where.model.name, "prompt": "reset", "max_tokens": 1,
+                    "nvext": {"backend_instance_id": int(worker.instance_id, 16)}})
+            except httpx.HTTPError as exc:
+                log.warning("nudging worker %s after the update: %s", worker.name, exc)
+
+    def controls(self) -> list[EngineControl]:
+        host, timeout = self.where.serving.host, self.where.serving.request_timeout_s
+        return [DynamoControl(w.name, f"http://{host}:{w.system_port}", timeout)
+                for w in self.workers]
 
     def start(self) -> Started:
         """Control plane, then the workers (in parallel), then the frontend(s); warm up."""

@@ -7,6 +7,7 @@ import logging
 
 from serving.endpoint import EngineSlot
 from serving.kvtier import kv_transfer_config
+from serving.policy import EngineControl, VllmControl
 from serving.topologies.base import Started, Topology
 from serving.vllm_engine import VllmEngine
 
@@ -29,6 +30,10 @@ class Embedded(Topology):
         self.engine.start()
         url = self.engine.base_url
         return Started(url, [EngineSlot("0", "agg", f"{url}/metrics")])
+
+    def controls(self) -> list[EngineControl]:
+        assert self.engine is not None
+        return [VllmControl("0", self.engine.base_url, self.where.serving.request_timeout_s)]
 
     def stop(self) -> None:
         if self.engine is not None:

@@ -9,6 +9,7 @@ import httpx
 from serving.config import ServingError
 from serving.endpoint import EngineSlot
 from serving.metrics import MetricsError, kv_state
+from serving.policy import EngineControl, VllmControl
 from serving.topologies.base import Started, Topology
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ class External(Topology):
                      "admits one group at a time", exc)
             metrics = ""
         return Started(root, [EngineSlot("external", "agg", metrics)])
+
+    def controls(self) -> list[EngineControl]:
+        """A vLLM server started with VLLM_SERVER_DEV_MODE=1 takes new weights; others answer
+        404, which the update reports."""
+        root = (self.where.serving.base_url or "").rstrip("/").removesuffix("/v1")
+        return [VllmControl("external", root, self.where.serving.request_timeout_s)]
 
     def stop(self) -> None:
         pass  # nothing of ours runs

@@ -4,6 +4,7 @@ with `serving.replay_trace` they answer from a trace (serving/dynamo/mocker.py).
 from __future__ import annotations
 
 from serving.dynamo.mocker import MockerWorker, replay_trace
+from serving.policy import EngineControl, PolicyUpdateError
 from serving.topologies.aggregated import Aggregated
 
 
@@ -15,6 +16,9 @@ class Mocker(Aggregated):
     @property
     def front_door(self) -> str:  # type: ignore[override]
         return "dynamo_replay" if self.where.serving.replay_trace else "dynamo"
+
+    def controls(self) -> list[EngineControl]:
+        raise PolicyUpdateError("serving=mocker runs no model: it has no weights to update")
 
     def check(self) -> None:
         super().check()

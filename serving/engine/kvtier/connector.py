@@ -29,6 +29,7 @@ staging and stores them in the background.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
 from serving.engine.kvtier.blocks import BlockLayout, block_key, namespace
 from serving.engine.kvtier.client import Saved, TierClient
+from serving.engine.plugin import POLICY_VERSION_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -69,6 +71,7 @@ class Load:
 
 @dataclass
 class TierMetadata(KVConnectorMetadata):
+    ns: str = ""  # the key namespace the saves belong to (the scheduler side's, now)
     loads: list[Load] = field(default_factory=list)
     saves: list[Saved] = field(default_factory=list)
 
@@ -100,8 +103,11 @@ class MooncakeTierConnector(KVConnectorBase_V1):
             return
         spec = groups[0].kv_cache_spec
         self.layer_names = list(groups[0].layer_names)
-        self.ns = namespace(vllm_config.model_config.model, str(spec.dtype), self.block_size,
-                            len(self.layer_names), spec.page_size_bytes)
+        self.geometry = namespace(vllm_config.model_config.model, str(spec.dtype),
+                                  self.block_size, len(self.layer_names), spec.page_size_bytes)
+        # the policy version: blocks computed with other weights live under other keys
+        self.version = int(os.environ.get(POLICY_VERSION_ENV, "0"))
+        self.ns = f"{self.geometry}/v{self.version}"
         self.object_bytes = spec.page_size_bytes * len(self.layer_names)
         self.client = TierClient.shared(
             store=str(extra["store"]), bus_xsub=extra.get("bus_xsub"),
@@ -120,6 +126,23 @@ class MooncakeTierConnector(KVConnectorBase_V1):
 
     def key(self, block_hash: bytes) -> str:
         return block_key(self.ns, block_hash)
+
+    def reset_cache(self) -> bool | None:
+        """New weights (vLLM calls this when a pause or a cache reset asks for the connector's
+        too): every block in the tier was computed with the old ones, so keys and
+        announcements move to the next version's namespace and no old block is found again;
+        the old objects age out of the store by its LRU. Every engine of the fleet is reset
+        once per update, so they agree on the version (an engine started later is given it)."""
+        if not self.enabled:
+            return None
+        self.version += 1
+        self.ns = f"{self.geometry}/v{self.version}"
+        self._known.clear()
+        self._inflight.clear()
+        self._loads.clear()
+        self._lookups.clear()
+        log.info("KV tier: new weights; keys now under %s", self.ns)
+        return True
 
     # ==== scheduler side ====================================================================
 
@@ -157,7 +180,7 @@ class MooncakeTierConnector(KVConnectorBase_V1):
         self._remember(hashes)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
-        meta = TierMetadata()
+        meta = TierMetadata(ns=self.ns if self.enabled else "")
         if not self.enabled:
             return meta
         meta.loads = list(self._loads.values())
@@ -291,7 +314,7 @@ class MooncakeTierConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
         if isinstance(meta, TierMetadata) and meta.saves and self._layout is not None:
-            self.client.save(self.ns, meta.saves)
+            self.client.save(meta.ns, meta.saves)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()

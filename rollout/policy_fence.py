@@ -1,0 +1,86 @@
+"""Which policy each turn is sampled under, and the fence that keeps a turn to one policy.
+
+The `PolicyBoard` (a Ray actor beside the driver) holds the version the engines serve and the
+turns in flight. A session asks it before each turn (`begin`: the version, or a wait while an
+update is under way) and after it (`end`: whether the engines were paused meanwhile). The driver
+updates the weights in the mode chosen (rollout.update_mode; rollout/policy_update.py):
+
+- `wait`: no new turn begins; the turns in flight finish on the old weights; then the engines
+  are paused, updated and resumed. Every turn is of one version, none is sampled twice.
+- `abort`: the engines are paused at once and every request they hold is aborted; a turn cut
+  short is sampled again, on the new weights.
+- `keep`: the engines are paused at once and keep their requests, whose KV is dropped and
+  computed again with the new weights on resume; such a turn holds tokens of both versions, so
+  it too is sampled again (its first sample is never recorded).
+
+A turn is recorded only if no pause fell inside it, so no recorded turn holds tokens of two
+versions. Without a board (a plain run) every turn is version 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class PolicyBoard:
+    """The served version and the turns in flight (one per job, driven by the driver)."""
+
+    def __init__(self, version: int = 0) -> None:
+        self.version = version
+        self.pauses = 0  # engine pauses so far: a turn that saw one is not recorded
+        self.updating = False
+        self.in_flight: dict[str, int] = {}  # turn -> pauses when it began
+        self._open = asyncio.Event()
+        self._open.set()
+
+    async def begin(self, turn: str) -> int:
+        """The version this turn is sampled under; waits while an update is under way."""
+        while self.updating:
+            await self._open.wait()
+        self.in_flight[turn] = self.pauses
+        return self.version
+
+    def end(self, turn: str) -> bool:
+        """Whether the turn ran whole on one version (no engine pause fell inside it)."""
+        return self.in_flight.pop(turn, self.pauses) == self.pauses
+
+    def start_update(self) -> None:
+        """No turn begins until `finish_update`."""
+        self.updating = True
+        self._open.clear()
+
+    def paused(self) -> None:
+        """The engines are (about to be) paused: turns in flight now are not recorded."""
+        self.pauses += 1
+
+    def turns_in_flight(self) -> int:
+        return len(self.in_flight)
+
+    def finish_update(self, version: int) -> None:
+        self.version = version
+        self.updating = False
+        self._open.set()
+
+    def current(self) -> int:
+        return self.version
+
+
+class TurnFence:
+    """A session's side of the board (or of no board: version 0, every turn recorded)."""
+
+    def __init__(self, board: Any | None = None) -> None:
+        self.board = board  # a PolicyBoard Ray actor handle
+
+    async def begin(self, turn: str) -> int:
+        return 0 if self.board is None else await self.board.begin.remote(turn)
+
+    async def end(self, turn: str) -> bool:
+        return True if self.board is None else await self.board.end.remote(turn)
+
+
+def remote_board(version: int = 0) -> Any:
+    """A PolicyBoard as a Ray actor (async: a waiting `begin` blocks no other call)."""
+    import ray
+
+    return ray.remote(num_cpus=0, max_concurrency=10_000)(PolicyBoard).remote(version)

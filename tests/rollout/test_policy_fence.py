@@ -1,0 +1,65 @@
+"""The policy fence: a turn is recorded only if no engine pause fell inside it (each mode's
+order of steps, as rollout/policy_update.py runs them)."""
+
+import asyncio
+
+import pytest
+
+from rollout.policy_fence import PolicyBoard
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_turn_with_no_pause_inside_is_whole_and_tagged():
+    board = PolicyBoard(version=3)
+
+    async def go():
+        version = await board.begin("t")
+        return version, board.end("t")
+    assert run(go()) == (3, True)
+
+
+def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
+    """wait: no turn begins once the update starts; the turns in flight end before the pause,
+    whole, with the old version; a turn begun after the update has the new one."""
+    async def go():
+        board = PolicyBoard(version=0)
+        assert await board.begin("old") == 0
+        board.start_update()
+        late = asyncio.create_task(board.begin("new"))
+        await asyncio.sleep(0.01)
+        assert not late.done()  # waits for the update
+        assert board.end("old") is True  # finished before the engines paused
+        assert board.turns_in_flight() == 0
+        board.paused()
+        board.finish_update(1)
+        assert await late == 1
+        return board.end("new")
+    assert run(go()) is True
+
+
+@pytest.mark.parametrize("mode", ["abort", "keep"])
+def test_abort_and_keep_modes_sample_the_turns_in_flight_again(mode):
+    """abort / keep: the engines pause at once; a turn in flight then (aborted, or finished
+    after the update on two versions) is not whole: the session samples it again."""
+    async def go():
+        board = PolicyBoard(version=0)
+        await board.begin("t")
+        board.start_update()
+        board.paused()
+        assert board.end("t") is False  # cut short (abort) or straddling (keep)
+        board.finish_update(1)
+        assert await board.begin("t") == 1  # the same turn again, on the new weights
+        return board.end("t")
+    assert run(go()) is True
+
+
+def test_an_update_that_fails_reopens_the_board_on_the_version_served():
+    async def go():
+        board = PolicyBoard(version=2)
+        board.start_update()
+        board.finish_update(2)  # rollout/policy_update.py: the version the fleet still serves
+        return await asyncio.wait_for(board.begin("t"), 1)
+    assert run(go()) == 2

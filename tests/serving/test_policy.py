@@ -1,0 +1,110 @@
+"""Checkpoints are checked against the served model before any engine switches; a fleet that
+fails midway goes back to the previous weights on every engine."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from rollfleet.paths import ROOT
+from serving.policy import (
+    EngineControl,
+    PolicyUpdateError,
+    check_checkpoint,
+    complete_model_dir,
+    update_fleet,
+)
+from serving.tiny_model import ensure_tiny_glm
+
+SERVED = ensure_tiny_glm(ROOT / ".cache" / "models")
+
+
+def _checkpoint(tmp_path: Path, change=None) -> Path:
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    tensors = load_file(str(SERVED / "model.safetensors"))
+    if change:
+        change(tensors)
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
+
+
+def test_the_served_weights_pass(tmp_path):
+    check_checkpoint(SERVED, _checkpoint(tmp_path))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t.pop("lm_head.weight"), "lacks tensor lm_head.weight"),
+    (lambda t: t.update(extra=torch.zeros(2)), "has tensor extra"),
+    (lambda t: t.update({"lm_head.weight": t["lm_head.weight"][:10]}),
+     r"lm_head.weight has shape \[10, 256\]"),
+    (lambda t: t.update({"lm_head.weight": t["lm_head.weight"].float()}),
+     "lm_head.weight is F32, the served model's is BF16"),
+])
+def test_a_checkpoint_that_does_not_fit_names_the_tensor(tmp_path, change, message):
+    with pytest.raises(PolicyUpdateError, match=message):
+        check_checkpoint(SERVED, _checkpoint(tmp_path, change))
+
+
+def test_an_unreadable_or_empty_checkpoint_is_refused(tmp_path):
+    bad = _checkpoint(tmp_path)
+    (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(PolicyUpdateError, match="cannot be read"):
+        check_checkpoint(SERVED, bad)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PolicyUpdateError, match="no \\*.safetensors"):
+        check_checkpoint(SERVED, tmp_path / "empty")
+
+
+def test_weights_alone_become_a_folder_an_engine_starts_from(tmp_path):
+    weights = _checkpoint(tmp_path)
+    folder = complete_model_dir(weights, SERVED, tmp_path)
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert (folder / "model.safetensors").resolve() == (weights / "model.safetensors").resolve()
+    whole = tmp_path / "whole"
+    shutil.copytree(SERVED, whole)
+    assert complete_model_dir(whole, SERVED, tmp_path) == whole
+
+
+class Engine(EngineControl):
+    """The steps an engine took (the HTTP routes are the e2e tests' business)."""
+
+    def __init__(self, name, fail_load=False):
+        super().__init__(name, "http://unused")
+        self.steps, self.fail_load = [], fail_load
+
+    def pause(self, mode):
+        self.steps.append(f"pause:{mode}")
+
+    def invalidate(self):
+        self.steps.append("invalidate")
+
+    def load(self, checkpoint, version):
+        self.steps.append(f"load:{checkpoint.name}@{version}")
+        if self.fail_load and version == 2:
+            raise PolicyUpdateError(f"engine {self.name}: load failed")
+
+    def resume(self):
+        self.steps.append("resume")
+
+
+def test_every_engine_pauses_drops_loads_and_resumes():
+    engines = [Engine("prefill0"), Engine("decode0")]
+    seen = []
+    times = update_fleet(engines, Path("v2"), 2, (Path("v1"), 1), "abort",
+                         after_pause=lambda: seen.append([e.steps[-1] for e in engines]))
+    assert seen == [["pause:abort", "pause:abort"]]  # both paused before anything is dropped
+    for e in engines:
+        assert e.steps == ["pause:abort", "invalidate", "load:v2@2", "resume"]
+    assert times.total_s >= 0
+
+
+def test_one_engine_failing_puts_every_engine_back_on_the_previous_weights():
+    ok, bad = Engine("decode0"), Engine("decode1", fail_load=True)
+    with pytest.raises(PolicyUpdateError, match="previous weights again.*decode1: load failed"):
+        update_fleet([ok, bad], Path("v2"), 2, (Path("v1"), 1), "wait")
+    assert ok.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
+    # the engine that failed halfway loads the previous weights again too
+    assert bad.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
