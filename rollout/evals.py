@@ -51,7 +51,15 @@ def task_results(records: Iterable[dict[str, Any]], threshold: float = 1.0
 
 
 def mean_pass_at_k(tasks: list[TaskResult], k: int) -> float:
-    return statistics.fmean(pass_at_k(t.n, t.passed, k) for t in tasks) if tasks else 0.0
+    """pass@k averaged over the tasks that have at least k scored samples (a task with fewer
+    has no unbiased pass@k; the report says which tasks those are)."""
+    counted = [t for t in tasks if t.n >= k]
+    return statistics.fmean(pass_at_k(t.n, t.passed, k) for t in counted) if counted else 0.0
+
+
+def short_tasks(tasks: list[TaskResult], k: int) -> list[str]:
+    """The tasks pass@k leaves out: fewer than k scored samples."""
+    return sorted(t.task_id for t in tasks if t.n < k)
 
 
 @dataclass(frozen=True)

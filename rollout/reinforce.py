@@ -63,7 +63,6 @@ def train(cfg: DictConfig, trainer: TrainerConfig, run_dir: Path) -> list[dict[s
     with Rollouts(cfg, trainer.groups_per_step, trainer.ahead, run_dir) as rollouts:
         model = AutoModelForCausalLM.from_pretrained(rollouts.model_dir, dtype=torch.float32)
         model.train()
-        dtypes = {k: v.dtype for k, v in model.state_dict().items()}
         served = _served_dtypes(rollouts.model_dir)
         optimizer = torch.optim.Adam(model.parameters(), lr=trainer.lr)
         for step in range(trainer.steps):
@@ -77,8 +76,7 @@ def train(cfg: DictConfig, trainer: TrainerConfig, run_dir: Path) -> list[dict[s
                 loss.backward()
                 optimizer.step()
             trained = time.perf_counter() - start - waited
-            weights = {k: v.detach().to(served.get(k, dtypes[k]))
-                       for k, v in model.state_dict().items() if k in served}
+            weights = checkpoint_tensors(model.state_dict(), served)
             times = rollouts.update_weights(weights)
             row = {"step": step, "policy_version": rollouts.policy_version,
                    "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
@@ -94,6 +92,27 @@ def train(cfg: DictConfig, trainer: TrainerConfig, run_dir: Path) -> list[dict[s
                   flush=True)
         _write(rollouts.run.path, steps)
     return steps
+
+
+def checkpoint_tensors(state: dict[str, Any], served: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's weights under the served checkpoint's names and dtypes. transformers
+    keeps a MoE layer's experts fused (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj`
+    [E, H, I]); the checkpoint (and vLLM's loader) has one tensor per expert and matrix."""
+    out = {}
+    for name, tensor in state.items():
+        t = tensor.detach()
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            prefix, half = name.removesuffix("gate_up_proj"), t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = t[e, :half]
+                out[f"{prefix}{e}.up_proj.weight"] = t[e, half:]
+        elif name.endswith(".mlp.experts.down_proj"):
+            prefix = name.removesuffix("down_proj")
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.down_proj.weight"] = t[e]
+        else:
+            out[name] = t
+    return {k: v.to(served[k]).contiguous() for k, v in out.items() if k in served}
 
 
 def _served_dtypes(model_dir: Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from rollout.evals import (
     bootstrap,
     mean_pass_at_k,
     paired_difference,
+    short_tasks,
     task_results,
 )
 
@@ -98,8 +99,10 @@ def member_figures(m: Member, ks: list[int]) -> dict[str, Any]:
 def write_report(sweep_dir: Path, compare: tuple[str, str] | None = None,
                  log_wandb: bool = True) -> Path:
     members = load_members(sweep_dir)
-    n_min = min((t.n for m in members for t in m.tasks.values()), default=1)
-    ks = sorted({1, n_min}) if n_min >= 1 else [1]
+    # k = the samples per task: a task with fewer scored samples (an unscored rollout) is left
+    # out of pass@k, never turning the whole sweep's pass@4 into pass@3
+    n_max = max((t.n for m in members for t in m.tasks.values()), default=1)
+    ks = sorted({1, n_max})
     figures = {m.name: member_figures(m, ks) for m in members}
     pair = _pair(members, compare)
     paired = paired_difference(pair[0].tasks, pair[1].tasks) if pair else None
@@ -139,6 +142,12 @@ def _markdown(sweep_dir, members, figures, ks, pair, paired) -> str:
                  f"{f['mean_prompt_tokens']:.0f}", f"{f['invalid_call_rate']:.1%}",
                  f"{f['failed_call_rate']:.1%}", f["infra_error"], f"{f['wall_s']:.0f}"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for m in members:
+        for k in ks:
+            short = short_tasks(list(m.tasks.values()), k)
+            if short:
+                lines += ["", f"{m.name}: pass@{k} leaves out {len(short)} task(s) with fewer "
+                          f"than {k} scored samples: {', '.join(short)}."]
     for key, title in (("by_difficulty", "difficulty"), ("by_category", "category")):
         groups = sorted({g for f in figures.values() for g in f[key]})
         lines += ["", f"## pass@1 by task {title}", "",

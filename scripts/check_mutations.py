@@ -1,10 +1,11 @@
-"""Break five promises on purpose in a scratch copy of the tree and show the tests that catch it.
+"""Break promises on purpose in a scratch copy of the tree and show the tests that catch it.
 
-    python scripts/check_mutations.py
+    python scripts/check_mutations.py [--fast]   # --fast: leave out the end-to-end ones
 
-Each mutation is applied to a fresh `git worktree` of HEAD (the working tree is never touched),
-the named tests run there, and the script exits 1 if any of them still passes (tests/README.md,
-"Shown failing on a deliberately broken build").
+First every named test runs on the unbroken tree and must pass (a test failing for another
+reason would count as a catch). Then each mutation is applied to a fresh `git worktree` of
+HEAD (the working tree is never touched), its tests run there, and the script exits 1 if any
+of them still passes (tests/README.md, "Shown failing on a deliberately broken build").
 """
 
 from __future__ import annotations
@@ -40,10 +41,70 @@ MUTATIONS = [
      "    if name not in metrics:\n"
      "        raise MetricsError(f\"{url or 'metrics'} reports no {name}\")\n", "",
      ["tests/serving/test_metrics.py::test_a_missing_metric_is_an_error_not_zero"]),
+    ("the plugin hands the sampler the grammar-masked logprobs", "serving/engine/plugin.py",
+     "        return unmasked if unmasked is not None else compute(logits)\n",
+     "        return compute(logits)\n",
+     ["tests/serving/test_vllm_plugin.py::"
+      "test_raw_logprobs_are_the_models_own_not_the_grammar_masked_ones"]),
+    ("each turn records constant sampling settings", "rollout/session.py",
+     "        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed,",
+     "        temperature=1.0, top_p=1.0, max_tokens=s.max_tokens, seed=0,",
+     ["tests/rollout/test_session.py::test_each_turn_records_the_sampling_it_was_sent_with"]),
+    ("the sink fsyncs neither the record nor its folder", "rollout/sink.py",
+     "        os.fsync(f.fileno())\n", "        f.flush()\n",
+     ["tests/rollout/test_record.py::test_each_record_and_its_folder_entry_are_fsynced"]),
+    ("the retry wait does not double", "rollout/scheduler.py",
+     "wait = self.backoff_s * 2 ** job.attempt", "wait = self.backoff_s",
+     ["tests/rollout/test_scheduler.py::test_the_wait_before_a_retry_doubles"]),
+    ("the count of infrastructure errors in a row is never reset", "rollout/scheduler.py",
+     "                    self.consecutive_infra = 0\n", "                    pass\n",
+     ["tests/rollout/test_scheduler.py::test_a_success_resets_the_count_of_failures_in_a_row"]),
+    ("the corpus keeps sessions whose token sequence broke", "rollout/corpus.py",
+     '        elif not r["prefix_consistent"]:', "        elif False:",
+     ["tests/rollout/test_corpus.py::test_the_other_filters_each_remove_what_they_name"]),
+    ("admission sizes itself by the first engine only", "rollout/admission.py",
+     "        self.capacity = sum(s.capacity_tokens for s in states)",
+     "        self.capacity = states[0].capacity_tokens",
+     ["tests/rollout/test_admission.py::test_the_cache_is_every_engines_together"]),
+    ("the trainer's view keeps failed, broken and stale sessions", "rollout/trainer_view.py",
+     "if status in TRAINED and ok and reward is not None and not stale]",
+     "if reward is not None or True]",
+     ["tests/rollout/test_record.py::test_the_trainer_view_leaves_out_what_no_trainer_should_see"]),
+    ("a failed scoring sandbox scores 0 instead of an infrastructure error", "envs/scoring.py",
+     'changes.diff, infra_error=f"scoring sandbox failed: {exc}")', "changes.diff)",
+     ["tests/envs/test_tasks.py::test_a_hidden_test_sandbox_that_fails_is_an_infra_error_never_a_zero"]),
+    ("pass@k takes the fewest samples of any task", "rollout/report.py",
+     "    n_max = max((t.n", "    n_max = min((t.n",
+     ["tests/rollout/test_report.py::test_an_unscored_rollout_leaves_k_at_the_samples_per_task"]),
+    ("the engines' grammar masks are not narrowed to UTF-8", "serving/engine/plugin.py",
+     "        if bool(row.any()):", "        if False:",
+     ["tests/serving/toolcall/test_utf8.py::"
+      "test_a_grammar_of_characters_refuses_overlong_forms_once_guarded"]),
+    ("a turn an update cut short is recorded anyway", "rollout/session.py",
+     '            if whole and done.generation.finish_reason != "abort":', "            if True:",
+     ["tests/rollout/test_session.py::"
+      "test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version"]),
+    ("sessions outlive the policy lag bound", "rollout/session.py",
+     "        if lag is not None and version - self.first_version > lag:", "        if False:",
+     ["tests/rollout/test_session.py::"
+      "test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked"]),
+    ("a weight update skips dropping the old KV (e2e)", "serving/policy.py",
+     '        self._post("/reset_prefix_cache", params={"reset_running_requests": "true",\n'
+     '                                                  "reset_external": "true"})\n',
+     "        return None\n",
+     ["tests/e2e/test_policy_update.py::"
+      "test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv[embedded]"]),
 ]
 
 
+def _pytest(tree: Path, tests: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *tests], cwd=tree, text=True, capture_output=True, env=env)
+
+
 def main() -> int:
+    mutations = [m for m in MUTATIONS if "--fast" not in sys.argv or "(e2e)" not in m[0]]
     survivors = 0
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
@@ -52,7 +113,13 @@ def main() -> int:
         try:
             (tree / ".cache").mkdir()
             (tree / ".cache" / "models").symlink_to(ROOT / ".cache" / "models")
-            for what, path, old, new, tests in MUTATIONS:
+            everything = sorted({t for m in mutations for t in m[4]})
+            baseline = _pytest(tree, everything)
+            if baseline.returncode != 0:
+                print(f"the unbroken tree fails its own tests:\n{baseline.stdout[-3000:]}")
+                return 2
+            print(f"unbroken tree: {len(everything)} tests pass")
+            for what, path, old, new, tests in mutations:
                 subprocess.run(["git", "-C", str(tree), "checkout", "-q", "--", "."], check=True)
                 target = tree / path
                 text = target.read_text()
@@ -60,10 +127,7 @@ def main() -> int:
                     print(f"{what}: the code to break is gone; update this script")
                     return 2
                 target.write_text(text.replace(old, new))
-                env = {**os.environ, "PYTHONPATH": str(tree)}
-                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
-                                      "no:cacheprovider", *tests], cwd=tree, text=True,
-                                     capture_output=True, env=env)
+                run = _pytest(tree, tests)
                 caught = [ln.split(" - ")[0] for ln in run.stdout.splitlines()
                           if ln.startswith("FAILED")]
                 survivors += len(tests) - len(caught)

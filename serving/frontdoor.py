@@ -33,6 +33,11 @@ REPLAY_ANNOTATION = "output_replay_id"  # a mocker's trace line to answer with
 # (serving.busy_threshold), 429 where a server rate-limits. Nothing was sampled, so the request
 # is sent again after a wait (doubling, first and last), until the request timeout.
 OVERLOADED = (429, 529)
+# Idle connections are dropped before the server's own keep-alive (uvicorn's 5 s) ends them: a
+# request sent on a connection the server is closing fails with a ReadError (seen when sessions
+# sat idle while a trainer trained), and nothing says whether it was sampled.
+KEEPALIVE = httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                         keepalive_expiry=2.0)
 OVERLOAD_WAIT_S = (0.05, 2.0)
 
 
@@ -91,8 +96,8 @@ class FrontDoor:
         # hands its actor the roster of the moment)
         self.engine_names = dict(engine_names or {})
         self.root = endpoint.base_url.removesuffix("/v1")
-        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, headers={
-            "Authorization": f"Bearer {endpoint.api_key}"})
+        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, limits=KEEPALIVE,
+                                      headers={"Authorization": f"Bearer {endpoint.api_key}"})
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling,
                        grammar: ToolCallGrammar | None, session_id: str) -> Generation:
@@ -157,10 +162,20 @@ class FrontDoor:
                     headers: dict[str, str] | None = None) -> dict:
         hdrs = {SESSION_HEADER: session_id} if session_id else {}
         deadline = time.monotonic() + self.endpoint.request_timeout_s
+        dropped = 0
         for wait in overload_waits():
             try:
                 resp = await self.http.post(f"{self.root}{path}", json=body,
                                             headers={**hdrs, **(headers or {})})
+            except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+                # the server closed the connection under the request (seen on a kept-alive
+                # connection under CPU starvation): it aborts what it had started, so the
+                # same request is sent once more on a new connection
+                dropped += 1
+                if dropped > 1:
+                    raise ServerUnavailable(f"{self.name} {path}: {type(exc).__name__}: "
+                                            f"{exc}") from None
+                continue
             except httpx.HTTPError as exc:
                 raise ServerUnavailable(f"{self.name} {path}: {type(exc).__name__}: "
                                         f"{exc}") from None

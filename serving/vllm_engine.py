@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
-from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV
+from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV, WEIGHT_UPDATES_ENV
 from serving.policy import DEV_MODE_ENV
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 
@@ -48,6 +48,7 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
         # vLLM's routes for pausing, cache resets and new weights (serving/policy.py); the
         # server binds loopback unless configured otherwise
         DEV_MODE_ENV: "1",
+        WEIGHT_UPDATES_ENV: "1",  # see serving/engine/plugin.py
     })
     if c.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"

@@ -7,10 +7,18 @@ the kernel modules are imported; the kernel tests set it again (tests/kernels/co
 the rest of the session, engines started by tests included, never sees it.
 """
 
+import collections
+import contextlib
 import importlib.util
 import os
+import signal
+import time
+from pathlib import Path
 
+import pytest
 import torch
+
+from tests.procs import new_job_processes, process_table
 
 if importlib.util.find_spec("triton") and not torch.cuda.is_available():
     _saved = os.environ.get("TRITON_INTERPRET")
@@ -23,3 +31,79 @@ if importlib.util.find_spec("triton") and not torch.cuda.is_available():
         del os.environ["TRITON_INTERPRET"]
     else:
         os.environ["TRITON_INTERPRET"] = _saved
+
+
+# -- what the whole suite promises about itself ------------------------------------------------
+# Only tests that need CUDA may skip here, and every skip is counted by its reason at the end;
+# nothing the suite started may outlive it (engines, Ray, Dynamo, Mooncake, sandboxes).
+CUDA_ONLY = ("CUDA", "sm_90")
+LEFTOVER_GRACE_S = 90.0  # Ray's agents notice a SIGKILLed raylet up to ~60 s late
+_skips: collections.Counter = collections.Counter()
+_before: dict[int, str] = {}
+
+
+SESSION_ENV = "ROLLFLEET_TEST_SESSION"  # every process the suite starts inherits it
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _before.update(process_table())
+    os.environ[SESSION_ENV] = str(os.getpid())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
+            report.longrepr)
+        _skips[reason.removeprefix("Skipped: ")] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
+    if _skips:
+        terminalreporter.section("skipped, by reason")
+        for reason, n in _skips.most_common():
+            terminalreporter.write_line(f"{n:5d}  {reason}")
+    others = {r: n for r, n in _skips.items() if not any(c in r for c in CUDA_ONLY)}
+    if others:
+        terminalreporter.write_line(f"error: tests skipped for a reason other than CUDA: "
+                                    f"{others}", red=True)
+    left = _leftovers()
+    if left:
+        terminalreporter.write_line(f"error: {len(left)} processes the suite started are "
+                                    f"still running (killed now): {left[:5]}", red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    others = [r for r in _skips if not any(c in r for c in CUDA_ONLY)]
+    if (others or _leftovers()) and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+_left: list[str] | None = None
+
+
+def _ours() -> list[str]:
+    """Processes this session started that still run: they carry its SESSION_ENV (etcd and
+    nats-server, started with a bare environment, by name)."""
+    mark = f"{SESSION_ENV}={os.getpid()}".encode()
+    out = []
+    for line in new_job_processes(_before, extra=("",)):
+        pid = int(line.split(":")[0])
+        with contextlib.suppress(OSError):
+            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") or any(
+                    name in line for name in ("/etcd ", "nats-server")):
+                out.append(line)
+    return out
+
+
+def _leftovers() -> list[str]:
+    """Processes this session started that outlived it (after a grace period); they are
+    killed (the next run starts clean) and named."""
+    global _left
+    if _left is None:
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while (_left := _ours()) and time.monotonic() < deadline:
+            time.sleep(2)
+        for line in _left:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    return _left

@@ -23,12 +23,13 @@ def process_table() -> dict[int, str]:
     return table
 
 
-def new_job_processes(before: dict[int, str]) -> list[str]:
-    """Processes that did not exist in `before` and look like engines, Ray or wandb."""
+def new_job_processes(before: dict[int, str], extra: tuple[str, ...] = ()) -> list[str]:
+    """Processes that did not exist in `before` and look like engines, Ray or wandb (or any
+    of `extra`)."""
     now = process_table()
     return [f"{pid}: {cmd[:120]}" for pid, cmd in now.items()
             if pid not in before and pid != os.getpid()
-            and any(marker in cmd for marker in STARTED_BY_JOB)]
+            and any(marker in cmd for marker in (*STARTED_BY_JOB, *extra))]
 
 
 def listening(pids: set[int]) -> list[str]:

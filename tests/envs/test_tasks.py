@@ -3,6 +3,7 @@ import shutil
 
 import pytest
 
+import envs.scoring
 from envs import EnvConfig, EnvError, load
 from envs.workspace import Changes
 
@@ -60,3 +61,39 @@ def test_bad_task_row_is_skipped_or_refused(tmp_path):
 def test_unknown_task_ids_are_refused():
     with pytest.raises(EnvError, match="unknown task ids"):
         load(EnvConfig(task_ids=["nope"]))
+
+
+def test_a_hidden_test_sandbox_that_fails_is_an_infra_error_never_a_zero(monkeypatch):
+    """The harness failing (the scoring sandbox, or running the hidden tests) says nothing of
+    the agent's fix: infra_error (retried), not a reward of 0."""
+    real = envs.scoring.Workspace
+    with ENV.episode("stack_pop") as ep:
+        def no_sandbox(*args, **kwargs):
+            raise OSError("bwrap: cannot mount /proc")
+
+        monkeypatch.setattr(envs.scoring, "Workspace", no_sandbox)
+        score = ep.score()
+    assert score.infra_error and "scoring sandbox failed" in score.infra_error
+    with ENV.episode("stack_pop") as ep:
+
+        class TestsDoNotRun(real):
+            def run(self, *args, **kwargs):
+                raise OSError("exec failed")
+
+        monkeypatch.setattr(envs.scoring, "Workspace", TestsDoNotRun)
+        score = ep.score()
+    assert score.infra_error and "hidden tests did not run" in score.infra_error
+
+
+def test_first_call_rewards_the_named_tool_and_refuses_an_unknown_one():
+    env = load(EnvConfig(reward="first_call", reward_tool="run_tests", task_ids=["stack_pop"]))
+    with env.episode("stack_pop") as ep:
+        ep.call("run_tests", {})
+        ep.call("submit", {})
+        assert ep.score().reward == 1.0
+    with env.episode("stack_pop") as ep:
+        ep.call("submit", {})
+        ep.call("run_tests", {})
+        assert ep.score().reward == 0.0
+    with pytest.raises(EnvError, match="env.reward_tool='nope' is not a tool"):
+        load(EnvConfig(reward="first_call", reward_tool="nope"))

@@ -41,6 +41,15 @@ def test_the_limit_is_the_cache_over_a_session_clamped():
     assert big.limit() == 64  # never above the maximum
 
 
+def test_the_cache_is_every_engines_together():
+    """Two engines of 60k and 40k tokens: the budget is sized by 100k, not the first's 60k."""
+    engines = Engines()
+    engines.states = [KvState(60_000, 0.5, 0.0), KvState(40_000, 0.1, 0.0)]
+    budget = KvBudget(engines, group=1, maximum=1000, fill=0.9, guess_tokens=4000,
+                      clock=Clock())
+    assert budget.limit() == int(0.9 * 100_000 / 4000)
+
+
 def test_finished_sessions_set_the_session_size():
     clock = Clock()
     budget = KvBudget(Engines(100_000), group=1, maximum=1000, fill=1.0, guess_tokens=4000,

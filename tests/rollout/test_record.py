@@ -1,11 +1,13 @@
 """The record builder and the sink: one schema, built in one place, durable as it lands."""
 
+import os
+import stat
 import subprocess
 import sys
 
 import pyarrow.parquet as pq
 import pytest
-from datasets import load_dataset, load_from_disk
+from datasets import Dataset, load_dataset, load_from_disk
 
 from rollout.record import (
     FEATURES,
@@ -21,6 +23,7 @@ from rollout.record import (
     prefix_break,
 )
 from rollout.sink import RecordSink, SchemaError
+from rollout.trainer_view import trainer_rows
 
 PROV = Provenance("run-1", "tiny-glm", "/models/tiny", "abc", 7, '{"vllm": "0.31.0"}')
 
@@ -135,3 +138,29 @@ def test_records_written_before_a_sigkill_survive(tmp_path):
                           capture_output=True, text=True, check=False)
     assert proc.returncode == -9 and proc.stdout.split() == ["0", "1", "2"]
     assert RecordSink(tmp_path).done_ids() == {"k/0", "k/1", "k/2"}
+
+
+def test_each_record_and_its_folder_entry_are_fsynced(tmp_path, monkeypatch):
+    """On disk means on disk: the file's bytes and the folder's entry for its new name are
+    both fsynced before write returns (a power loss keeps every counted record)."""
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real(fd)))
+    RecordSink(tmp_path).write(_record(Job("a", 0)))
+    assert [stat.S_ISREG(m) for m in synced] == [True, False]  # the file, then its folder
+    assert stat.S_ISDIR(synced[1])
+
+
+def test_the_trainer_view_leaves_out_what_no_trainer_should_see():
+    ok = _record(Job("a", 0))
+    broken = build_record(Job("a", 1), PROV, Outcome("ok", "submitted", reward=1.0),
+                          SessionTrace(turns=[_turn(0, [1, 2], [3])],
+                                       breaks=[PrefixBreak(0, 0, "x")]))
+    stale = build_record(Job("a", 2), PROV, Outcome("ok", "submitted", reward=1.0),
+                         SessionTrace(turns=[_turn(0, [1, 2], [3])], stale=True))
+    rows = [ok, broken, stale, error_record(Job("a", 3), PROV, "engine down"),
+            error_record(Job("a", 4), PROV, "Traceback: bug", status="error"),
+            build_record(Job("a", 5), PROV, Outcome("stale", "policy_lag"))]
+    view = trainer_rows(Dataset.from_list(rows, features=FEATURES))
+    assert view["rollout_id"] == ["a/0"]
+    assert view["policy_version"] == [0] and view["turn_policy_versions"] == [[0]]

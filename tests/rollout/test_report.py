@@ -12,8 +12,9 @@ from tests.rollout.test_record import _turn
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")
 
 
-def _member(sweep, name, overrides, passes):
-    """A finished run folder: tasks t0..t3, 4 samples each; `passes[i]` of task i passed."""
+def _member(sweep, name, overrides, passes, unscored=()):
+    """A finished run folder: tasks t0..t3, 4 samples each; `passes[i]` of task i passed;
+    `unscored` (task, sample) pairs ended in an infrastructure error instead."""
     run = sweep / name
     (run / ".hydra").mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(overrides), run / ".hydra" / "overrides.yaml")
@@ -22,6 +23,10 @@ def _member(sweep, name, overrides, passes):
     rows = []
     for t, c in enumerate(passes):
         for i in range(4):
+            if (t, i) in unscored:
+                rows.append(build_record(Job(f"t{t}", i), PROV,
+                                         Outcome("infra_error", "error", "down")))
+                continue
             trace = SessionTrace(turns=[_turn(0, [1, 2], [3])],
                                  labels=("easy" if t < 2 else "hard", f"mod{t % 2}"))
             rows.append(build_record(Job(f"t{t}", i), PROV,
@@ -48,6 +53,17 @@ def test_the_report_has_pass_at_k_by_difficulty_and_a_paired_comparison(tmp_path
     for png in ("pass_at_k.png", "by_difficulty.png", "by_category.png", "cost.png",
                 "paired.png"):
         assert (tmp_path / png).stat().st_size > 5000
+
+
+def test_an_unscored_rollout_leaves_k_at_the_samples_per_task(tmp_path):
+    """One task with 3 scored samples: pass@4 stays pass@4 over the other tasks (it used to
+    become pass@3 for the whole sweep), and the report names the task it left out."""
+    _member(tmp_path, "a", ["x=1"], [4, 1, 2, 4], unscored={(1, 3)})
+    report = write_report(tmp_path, log_wandb=False).read_text()
+    assert "pass@4" in report and "pass@3" not in report
+    # pass@4 over t0, t2, t3 (4 samples each, at least one pass): 1.0
+    assert "| a | 17 | 4 | " in report and "| 1.000 [1.000, 1.000] |" in report
+    assert "a: pass@4 leaves out 1 task(s) with fewer than 4 scored samples: t1." in report
 
 
 def test_the_command_regenerates_and_refuses_an_empty_folder(tmp_path, capsys):

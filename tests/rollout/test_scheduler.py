@@ -1,6 +1,7 @@
 """The scheduler's rules with real Ray actors whose sessions are scripted: what is retried, after
 how long, what is not, when the run stops, and how many sessions run at once."""
 
+import asyncio
 import os
 import time
 
@@ -27,9 +28,11 @@ class Ledger:
 
     def __init__(self):
         self.calls, self.in_flight, self.peak, self.names = {}, 0, 0, []
+        self.starts = {}  # rollout id -> when each attempt began
 
     def enter(self, rid, names):
         self.calls[rid] = self.calls.get(rid, 0) + 1
+        self.starts.setdefault(rid, []).append(time.monotonic())
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         self.names.append(names)
@@ -41,10 +44,14 @@ class Ledger:
     def state(self):
         return self.calls, self.peak, self.names
 
+    def attempt_starts(self):
+        return self.starts
+
 
 @ray.remote(max_concurrency=8)
 class ScriptedWorker:
-    """`plan[rollout_id]` lists, per attempt, what happens: ok, infra, raise, die."""
+    """`plan[rollout_id]` lists, per attempt, what happens: ok, slow (ok after 1 s), infra,
+    raise, die."""
 
     def __init__(self, plan, ledger):
         self.plan, self.ledger = plan, ledger
@@ -52,9 +59,9 @@ class ScriptedWorker:
     async def run(self, job, engine_names):
         n = await self.ledger.enter.remote(job.rollout_id, engine_names)
         try:
-            time.sleep(0.2)
             steps = self.plan.get(job.rollout_id, ["ok"])
             step = steps[min(n, len(steps)) - 1]
+            await asyncio.sleep(1.0 if step == "slow" else 0.2)
             if step == "raise":
                 raise ValueError("a bug in session code")
             if step == "die":
@@ -67,13 +74,18 @@ class ScriptedWorker:
             await self.ledger.leave.remote()
 
 
-def _run(plan, jobs, window=4, retries=2, backoff=0.1, max_infra=20, names=lambda: {}):
-    ledger = Ledger.remote()
+def _run(plan, jobs, window=4, retries=2, backoff=0.1, max_infra=20, names=lambda: {},
+         ledger=None):
+    ledger = ledger or Ledger.remote()
     records = []
     sched = Scheduler(lambda: ScriptedWorker.remote(plan, ledger), 2, FixedWindow(window),
                       retries, PROV, backoff, max_infra, names)
     start = time.monotonic()
-    sched.run(jobs, records.append)
+    try:
+        sched.run(jobs, records.append)
+    finally:  # an actor left to ray.shutdown() alone outlived the suite (seen 2026-12-02)
+        for worker in sched.workers:
+            ray.kill(worker)
     calls, peak, seen = ray.get(ledger.state.remote())
     return records, calls, peak, seen, time.monotonic() - start
 
@@ -91,6 +103,16 @@ def test_infra_errors_are_retried_with_backoff_then_recorded():
     assert wall >= 0.5 + 1.0  # attempt 1 waited 0.5 s, attempt 2 waited 1.0 s
 
 
+def test_the_wait_before_a_retry_doubles():
+    """Attempt n waits backoff * 2^(n-1): between attempt starts, a 0.2 s session and then
+    0.5 s, then 1.0 s (a constant wait would make the two gaps equal)."""
+    ledger = Ledger.remote()
+    _run({"a/0": ["infra", "infra", "ok"]}, [Job("a", 0)], backoff=0.5, ledger=ledger)
+    first, second, third = ray.get(ledger.attempt_starts.remote())["a/0"]
+    assert second - first >= 0.7  # the 0.2 s session and the first 0.5 s wait
+    assert (third - second) - (second - first) >= 0.4  # the second wait is twice as long
+
+
 def test_a_bug_in_session_code_is_an_error_with_its_traceback_never_retried():
     records, calls, _, _, _ = _run({"a/0": ["raise"]}, [Job("a", 0)])
     [rec] = records
@@ -106,6 +128,15 @@ def test_a_dead_actor_is_replaced_and_its_rollout_retried():
     assert calls["a/0"] == 2
 
 
+def test_a_success_resets_the_count_of_failures_in_a_row():
+    """infra, ok, infra, ok, ...: never two in a row, so max_consecutive_infra=2 never stops
+    the run (a counter that is never reset would stop it at the second failure)."""
+    plan = {f"t/{i}": ["infra" if i % 2 == 0 else "ok"] for i in range(6)}
+    records, _, _, _, _ = _run(plan, [Job("t", i) for i in range(6)], window=1, retries=0,
+                               max_infra=2)
+    assert sorted(r["status"] for r in records) == ["infra_error"] * 3 + ["ok"] * 3
+
+
 def test_too_many_infra_errors_in_a_row_stop_the_run():
     plan = {f"t/{i}": ["infra"] * 5 for i in range(6)}
     with pytest.raises(RunAborted, match="3 infrastructure errors in a row"):
@@ -114,7 +145,8 @@ def test_too_many_infra_errors_in_a_row_stop_the_run():
 
 def test_no_more_sessions_run_at_once_than_admitted_and_each_sees_the_engines_now():
     versions = iter(range(1000))
-    _, _, peak, seen, _ = _run({}, [Job("t", i) for i in range(12)], window=3,
+    plan = {f"t/{i}": ["slow"] for i in range(12)}  # long enough to overlap on a busy host
+    _, _, peak, seen, _ = _run(plan, [Job("t", i) for i in range(12)], window=3,
                                names=lambda: {"id": f"v{next(versions)}"})
     assert peak == 3
     assert len({n["id"] for n in seen}) == 12  # each dispatch carried the names of that moment

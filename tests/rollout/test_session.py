@@ -14,6 +14,7 @@ import envs.workspace
 from envs import EnvConfig, load
 from rollfleet.paths import ROOT
 from rollout.model_client import ModelClient, SamplingConfig
+from rollout.policy_fence import TurnFence
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits, request_seed
 from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable
@@ -44,28 +45,86 @@ class ScriptedDoor:
     def __init__(self, completions, tamper=None):
         self.completions = list(completions)
         self.tamper = tamper  # prompt -> the prompt the "server" says it ran
-        self.prompts, self.released = [], []
+        self.prompts, self.released, self.samplings = [], [], []
 
     async def generate(self, prompt_ids, sampling, grammar, session_id):
         self.prompts.append(list(prompt_ids))
+        self.samplings.append(sampling)
         item = self.completions.pop(0)
         if isinstance(item, Exception):
             raise item
+        item, finish = item if isinstance(item, tuple) else (item, "stop")
         ids = RENDERER.encode(item) if isinstance(item, str) else list(item)
         ran = self.tamper(list(prompt_ids)) if self.tamper else list(prompt_ids)
-        return Generation(ran, ids, [-0.5] * len(ids), "stop", cached_tokens=3, engine_id="0")
+        return Generation(ran, ids, [-0.5] * len(ids), finish, cached_tokens=3, engine_id="0")
 
     async def release(self, session_id):
         self.released.append(session_id)
 
 
-def run(completions, limits=LIMITS, tamper=None):
+def run(completions, limits=LIMITS, tamper=None, sampling=None, fence=None):
     door = ScriptedDoor(completions, tamper)
-    client = ModelClient(ENDPOINT, SamplingConfig(), door)
-    session = Session(Job("stats_mean", 0), ENV, client, limits, 0, PROVENANCE)
+    client = ModelClient(ENDPOINT, sampling or SamplingConfig(), door)
+    session = Session(Job("stats_mean", 0), ENV, client, limits, 0, PROVENANCE, fence=fence)
     record = asyncio.run(session.run())
     assert door.released == [session.session_id]  # the router may drop the binding now
     return record, door
+
+
+def test_each_turn_records_the_sampling_it_was_sent_with():
+    """temperature, top_p, max_tokens and each turn's own seed, as the request carried them."""
+    rec, door = run([call("run_tests"), call("submit")],
+                    sampling=SamplingConfig(temperature=0.7, top_p=0.9))
+    seeds = [request_seed(0, Job("stats_mean", 0), n) for n in range(2)]
+    assert [(s.temperature, s.top_p, s.seed) for s in door.samplings] == [
+        (0.7, 0.9, seeds[0]), (0.7, 0.9, seeds[1])]
+    assert [(pytest.approx(t["temperature"]), pytest.approx(t["top_p"]), t["seed"],
+             t["max_tokens"]) for t in rec["turns"]] == [
+        (0.7, 0.9, s.seed, s.max_tokens) for s in door.samplings]
+    assert seeds[0] != seeds[1]
+
+
+class Versions(TurnFence):
+    """The board's answers, scripted: the version each `begin` gets, whether each turn ran
+    whole (False: an engine pause fell inside it)."""
+
+    def __init__(self, versions, whole):
+        super().__init__()
+        self.versions, self.whole = list(versions), list(whole)
+
+    async def begin(self, turn):
+        return self.versions.pop(0)
+
+    async def end(self, turn):
+        return self.whole.pop(0)
+
+
+def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version():
+    """The first sample of turn 0 straddled an update (keep) or was aborted: it is dropped
+    and the turn sampled again; every recorded turn names its version."""
+    rec, door = run([call("run_tests"), call("run_tests"), call("submit")],
+                    fence=Versions([0, 1, 1], [False, True, True]))
+    assert len(door.prompts) == 3 and door.prompts[0] == door.prompts[1]  # the same turn again
+    assert [(t["policy_version"], t["resampled"]) for t in rec["turns"]] == [(1, 1), (1, 0)]
+    assert rec["policy_version"] == 1 and rec["policy_versions"] == [1]
+    # an engine aborted the request (abort mode): its partial tokens are never recorded
+    rec, door = run([("<tool_call>run", "abort"), call("run_tests"), call("submit")],
+                    fence=Versions([0, 1, 1], [True, True, True]))
+    assert [(t["policy_version"], t["resampled"], t["finish_reason"]) for t in rec["turns"]] \
+        == [(1, 1, "stop"), (1, 0, "stop")]
+
+
+def test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked():
+    lagging = Versions([0, 2, 2], [True, True, True])
+    rec, _ = run([call("run_tests"), call("run_tests"), call("submit")], fence=lagging,
+                 limits=LIMITS.__class__(4, 6144, 16384, max_policy_lag=1))
+    assert (rec["status"], rec["stop_reason"], rec["reward"]) == ("stale", "policy_lag", None)
+    assert [t["policy_version"] for t in rec["turns"]] == [0]
+    rec, _ = run([call("run_tests"), call("submit")], fence=Versions([0, 2], [True, True]),
+                 limits=LIMITS.__class__(4, 6144, 16384, max_policy_lag=1,
+                                         stale_sessions="keep"))
+    assert rec["status"] == "ok" and rec["stale"] is True
+    assert rec["policy_versions"] == [0, 2]
 
 
 def test_fix_and_submit_is_rewarded():

@@ -99,6 +99,27 @@ def test_an_unreachable_server_is_unavailable():
         _generate(_door("dynamo", down))
 
 
+def test_a_connection_dropped_under_a_request_is_tried_once_more():
+    calls = []
+
+    def flaky(request):
+        calls.append(request.content)
+        if len(calls) == 1:
+            raise httpx.ReadError("connection closed")
+        return httpx.Response(200, json={
+            "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
+            "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
+
+    assert _generate(_door("dynamo", flaky)).token_ids == [9]
+    assert len(calls) == 2 and calls[0] == calls[1]
+
+    def dropping(request):
+        raise httpx.ReadError("connection closed")
+
+    with pytest.raises(ServerUnavailable, match="ReadError"):
+        _generate(_door("dynamo", dropping))
+
+
 def test_a_shed_request_is_sent_again_until_an_engine_takes_it():
     """Dynamo's 529 (every worker busy) is back-pressure: the same request again, not a failed
     rollout; past the request timeout it is the server's failure like any 5xx."""

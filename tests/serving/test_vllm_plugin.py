@@ -43,3 +43,35 @@ def test_idle_agent_spins_without_the_delay_and_not_with_it():
     polling = _idle_agent_cpu_s("1000")
     assert spinning > 1.0, spinning  # NIXL's default: a core's worth over 2 s idle
     assert polling < 0.3, polling
+
+
+# vLLM's grammar mask stands in as a function that leaves only token 2: the plugin must hand
+# the sampler the log-softmax of the logits from before it.
+_UNMASKED = """
+import importlib, json, torch
+runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+sampler = importlib.import_module("vllm.v1.sample.sampler").Sampler
+def grammar(scheduler_output, grammar_output, input_batch, logits):
+    logits[:, :2] = float("-inf")
+    logits[:, 3:] = float("-inf")
+runner.apply_grammar_bitmask = grammar
+from serving.engine.plugin import keep_unmasked_logprobs
+keep_unmasked_logprobs()
+class Batch:
+    class sampling_metadata:
+        max_num_logprobs = 0
+logits = torch.tensor([[1.0, 2.0, 3.0, 0.5]])
+model = torch.log_softmax(logits, -1).tolist()
+runner.apply_grammar_bitmask(None, None, Batch(), logits)
+print(json.dumps({"raw": sampler.compute_logprobs(logits).tolist(), "model": model,
+                  "masked": logits.tolist()}))
+"""
+
+
+def test_raw_logprobs_are_the_models_own_not_the_grammar_masked_ones():
+    out = subprocess.run([sys.executable, "-c", _UNMASKED], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["masked"][0][2] == 3.0 and got["masked"][0][0] == float("-inf")  # masked
+    assert got["raw"] == got["model"]  # the forced token keeps the model's -0.46, not 0.0
+    assert got["raw"][0][2] < -0.1
