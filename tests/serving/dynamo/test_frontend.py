@@ -8,7 +8,10 @@ from serving.dynamo.frontend import router_args
 KV = ServingConfig(mode="kv_routed")
 
 
-def test_soft_sessions_yield_when_the_engine_is_busy():
+def test_the_default_frontend_asks_dynamo_for_soft_sessions():
+    """What the project controls is the frontend's arguments: soft affinity that yields above
+    85% of the decode blocks. That the router then moves a session off a busy engine is
+    Dynamo's behaviour, measured with busy engines by scripts/bench_kvtier.py."""
     args = router_args(KV)
     assert args[:2] == ["--router-mode", "kv"]
     assert args[args.index("--router-session-affinity-mode") + 1] == "soft"
@@ -24,7 +27,7 @@ def test_hard_sessions_always_pin_and_round_robin_has_no_sessions():
     assert "--router-session-affinity-mode" not in router_args(replace(KV, session_affinity="off"))
 
 
-def test_several_frontends_share_session_bindings():
+def test_several_frontends_are_asked_to_sync_their_bindings():
     assert "--router-replica-sync" in router_args(replace(KV, frontends=2))
 
 

@@ -1,0 +1,77 @@
+"""The folder layout is the architecture (docs/architecture.md): who may import whom, read from
+the source itself, and what an actor loads when it imports serving's client face."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollfleet.paths import ROOT
+
+PROJECT = ("rollfleet", "kernels", "envs", "serving", "rollout")
+MAY_IMPORT = {  # package -> the project's packages it may import
+    "rollfleet": set(),
+    "kernels": set(),
+    "envs": {"rollfleet"},
+    "serving": {"rollfleet", "kernels"},
+    "rollout": {"rollfleet", "envs", "serving"},
+}
+ACTOR_FILES = ("rollout/worker.py", "rollout/session.py", "rollout/model_client.py")
+
+
+def imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+    return out
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", PROJECT)
+def test_each_package_imports_only_what_the_layout_allows(package):
+    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources(package)
+           for name in imports(path)
+           if (top := name.split(".")[0]) in PROJECT and top != package
+           and top not in MAY_IMPORT[package]]
+    assert bad == []
+
+
+def test_kernels_depend_on_torch_and_triton_only():
+    allowed = {"torch", "triton", "numpy", "kernels"}
+    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("kernels")
+           for name in imports(path)
+           if name.split(".")[0] not in allowed | set(sys.stdlib_module_names)]
+    assert bad == []
+
+
+def test_actors_use_servings_client_face_only():
+    bad = [f"{f}: {name}" for f in ACTOR_FILES for name in imports(ROOT / f)
+           if name.startswith("serving.")]
+    assert bad == []
+
+
+def test_the_standalone_apps_are_imported_by_nothing_else_in_serving():
+    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("serving")
+           for name in imports(path)
+           for app in ("serving.serve", "serving.simulate")
+           if name.startswith(app) and not path.is_relative_to(ROOT / app.replace(".", "/"))]
+    assert bad == []
+
+
+def test_the_client_face_loads_no_cluster_dynamo_or_kv_tier():
+    """(The topologies' registry, a table of names, is part of the config; no topology.)"""
+    probe = ("import sys, serving, rollout.worker; "
+             "print(sorted(m for m in sys.modules if m.startswith(('serving.cluster', "
+             "'serving.topologies.', 'serving.dynamo', 'serving.kvtier', 'dynamo', "
+             "'mooncake'))))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
