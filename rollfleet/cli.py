@@ -25,8 +25,11 @@ class ConfigError(ValueError):
     """A config value the command cannot use; the message names the key."""
 
 
-class Terminated(BaseException):
-    """SIGTERM: unwinds like Ctrl-C (not an Exception: nothing catches it by accident)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: unwinds exactly like Ctrl-C. A KeyboardInterrupt, because asyncio re-raises
+    only those (and SystemExit) from its callbacks: raised inside a socket write, another
+    BaseException was logged as "Fatal write error on socket transport" and swallowed, and
+    `serving.serve` never stopped (2026-12-02)."""
 
 
 def _terminate(signum: int, _frame: Any) -> None:

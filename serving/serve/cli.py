@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rollfleet.cli import ConfigError, Terminated, bad_config, compose, terminate_on_sigterm
+from rollfleet.cli import ConfigError, bad_config, compose, terminate_on_sigterm
 from rollfleet.paths import cache_dir
 from serving.cluster import Cluster
 from serving.config import ModelConfig, ServingConfig, ServingError
@@ -24,6 +24,9 @@ from serving.process import port_in_use
 from serving.serve.proxy import ToolCallProxy
 
 log = logging.getLogger("serving.serve")
+
+
+SHUTDOWN_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,14 @@ def serve(argv: list[str]) -> int:
             app = ToolCallProxy(endpoint).app()
             print(f"serving {endpoint.model} at http://{front.host}:{front.port}/v1 "
                   f"(topology {serving.mode}; logs in {run_dir}); Ctrl-C stops it", flush=True)
-            # returns on Ctrl-C or SIGTERM (aiohttp takes the interrupt)
+            # returns on Ctrl-C or SIGTERM (aiohttp takes the interrupt); requests still in
+            # flight get SHUTDOWN_GRACE_S, not aiohttp's 60 s, before they are cancelled
             web.run_app(app, host=front.host, port=front.port, print=None,
-                        handle_signals=False, access_log=None)
+                        handle_signals=False, access_log=None,
+                        shutdown_timeout=SHUTDOWN_GRACE_S)
     except ServingError as exc:
         return bad_config(str(exc))
-    except (KeyboardInterrupt, Terminated):
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated)
         pass  # during start-up: the cluster stopped what it had started
     print("stopped: every process this command started is stopped", file=sys.stderr)
     return 0

@@ -102,7 +102,8 @@ def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
     run = tmp_path / "run"
     with Rollouts(["+experiment=rl_loop", *overrides, f"output.dir={run}", "logger=none",
                    "env.task_ids=[stats_mean,stack_pop]", "rollout.samples_per_task=2",
-                   "rollout.max_turns=2", "rollout.max_sessions=4"], groups_per_step=2) as r:
+                   "rollout.max_turns=2", "rollout.max_sessions=4",
+                   "rollout.max_tokens_per_turn=384"], groups_per_step=2, ahead=2) as r:
         names = r.cluster.roster.names()
         old = greedy(r.cluster.endpoint, names)
         assert greedy(r.cluster.endpoint, names).cached_tokens >= 4 * 128  # cached under v0
@@ -134,7 +135,7 @@ def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
     assert old_only and new_only
     assert max_logprob_gap(old_only, shared_engine) <= DEFAULT_TOLERANCE
     assert max_logprob_gap(new_only, fresh_engine) <= DEFAULT_TOLERANCE
-    assert max_logprob_gap(new_only, shared_engine) > 10 * DEFAULT_TOLERANCE  # the tag matters
+    assert max_logprob_gap(new_only, shared_engine) > 5 * DEFAULT_TOLERANCE  # the tag matters
     view = load_from_disk(str(run / "trainer"))
     assert set(view["policy_version"]) <= {0, 1} and len(view) > 0
     assert new_job_processes(before_procs) == []
