@@ -88,6 +88,15 @@ MUTATIONS = [
      "        if lag is not None and version - self.first_version > lag:", "        if False:",
      ["tests/rollout/test_session.py::"
       "test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked"]),
+    ("SIGTERM is an exception asyncio swallows", "rollfleet/cli.py",
+     "class Terminated(KeyboardInterrupt):", "class Terminated(BaseException):",
+     ["tests/rollfleet/test_cli.py::"
+      "test_terminated_raised_inside_a_transport_callback_stops_the_loop"]),
+    ("a weight update leaves the experts unpacked (e2e)", "serving/engine/plugin.py",
+     "        if updating:\n"
+     "            self.moe_kernel.fused_experts.process_weights_after_loading(layer)\n", "",
+     ["tests/e2e/test_policy_update.py::"
+      "test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv[embedded]"]),
     ("a weight update skips dropping the old KV (e2e)", "serving/policy.py",
      '        self._post("/reset_prefix_cache", params={"reset_running_requests": "true",\n'
      '                                                  "reset_external": "true"})\n',
