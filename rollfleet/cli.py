@@ -32,8 +32,19 @@ class Terminated(KeyboardInterrupt):
     `serving.serve` never stopped (2026-12-02)."""
 
 
+_sigterm_received = False
+
+
 def _terminate(signum: int, _frame: Any) -> None:
+    global _sigterm_received
+    _sigterm_received = True
     raise Terminated()
+
+
+def sigterm_received() -> bool:
+    """Whether this process got SIGTERM: Ray turns a KeyboardInterrupt raised while it waits
+    (Terminated included) into a plain one, so the exception's type cannot say."""
+    return _sigterm_received
 
 
 def terminate_on_sigterm() -> None:

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import EnvError, load
-from rollfleet.cli import ConfigError, Terminated, bad_config, one_line, terminate_on_sigterm
+from rollfleet.cli import ConfigError, bad_config, one_line, sigterm_received, terminate_on_sigterm
 from rollfleet.paths import CONF
 from rollfleet.paths import cache_dir as cache_dir_of
 from rollfleet.run_dir import RunDir
@@ -249,7 +249,9 @@ def main(cfg: DictConfig) -> None:
             run(cfg)
     except USER_ERRORS as exc:
         sys.exit(bad_config(str(exc)))
-    except Terminated:
+    except KeyboardInterrupt:  # Terminated, or what Ray made of it
+        if not sigterm_received():
+            raise  # Ctrl-C
         out = HydraConfig.get().runtime.output_dir
         print(f"error: stopped by SIGTERM; finished rollouts are on disk in {out} "
               f"(rerun with output.dir={out} to resume)", file=sys.stderr)
