@@ -85,7 +85,8 @@ class RecordSink:
         self.compact()
         parts = [Dataset.from_parquet(str(s), features=FEATURES, keep_in_memory=True)
                  for s in self.files()]
-        ds = concatenate_datasets(parts) if parts else Dataset.from_list([], features=FEATURES)
+        ds = concatenate_datasets(parts) if parts else Dataset.from_dict(
+            {name: [] for name in FEATURES}, features=FEATURES)  # a run that finished nothing
         ds = _latest_per_rollout(ds)
         tmp = self.dataset_dir.with_name(self.dataset_dir.name + ".tmp")
         if tmp.exists():
