@@ -167,7 +167,7 @@ def test_the_trainer_view_leaves_out_what_no_trainer_should_see():
 
 
 def test_a_run_that_finished_nothing_saves_an_empty_dataset_with_the_schema(tmp_path):
-    """(datasets 4 cannot load a saved dataset of 0 rows back: README, Known limits.)"""
+    """(datasets 5.2 cannot load a saved dataset of 0 rows back: README, Known limits.)"""
     ds = RecordSink(tmp_path).finalize()
     assert len(ds) == 0 and set(ds.features) == set(FEATURES)
     assert (tmp_path / "dataset" / "dataset_info.json").is_file()
