@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.procs import new_job_processes, process_table
+from tests.procs import process_table
 
 if importlib.util.find_spec("triton") and not torch.cuda.is_available():
     _saved = os.environ.get("TRITON_INTERPRET")
@@ -86,12 +86,13 @@ def _ours() -> list[str]:
     nats-server, started with a bare environment, by name)."""
     mark = f"{SESSION_ENV}={os.getpid()}".encode()
     out = []
-    for line in new_job_processes(_before, extra=("",)):
-        pid = int(line.split(":")[0])
+    for pid, cmd in process_table().items():
+        if pid in _before or pid == os.getpid():
+            continue
         with contextlib.suppress(OSError):
             if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") or any(
-                    name in line for name in ("/etcd ", "nats-server")):
-                out.append(line)
+                    name in cmd for name in ("/etcd ", "nats-server")):
+                out.append(f"{pid}: {cmd[:120]}")
     return out
 
 

@@ -23,13 +23,12 @@ def process_table() -> dict[int, str]:
     return table
 
 
-def new_job_processes(before: dict[int, str], extra: tuple[str, ...] = ()) -> list[str]:
-    """Processes that did not exist in `before` and look like engines, Ray or wandb (or any
-    of `extra`)."""
+def new_job_processes(before: dict[int, str]) -> list[str]:
+    """Processes that did not exist in `before` and look like engines, Ray or wandb."""
     now = process_table()
     return [f"{pid}: {cmd[:120]}" for pid, cmd in now.items()
             if pid not in before and pid != os.getpid()
-            and any(marker in cmd for marker in (*STARTED_BY_JOB, *extra))]
+            and any(marker in cmd for marker in STARTED_BY_JOB)]
 
 
 def listening(pids: set[int]) -> list[str]:

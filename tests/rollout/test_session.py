@@ -117,11 +117,11 @@ def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version()
 def test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked():
     lagging = Versions([0, 2, 2], [True, True, True])
     rec, _ = run([call("run_tests"), call("run_tests"), call("submit")], fence=lagging,
-                 limits=LIMITS.__class__(4, 6144, 16384, max_policy_lag=1))
+                 limits=SessionLimits(4, 6144, 16384, max_policy_lag=1))
     assert (rec["status"], rec["stop_reason"], rec["reward"]) == ("stale", "policy_lag", None)
     assert [t["policy_version"] for t in rec["turns"]] == [0]
     rec, _ = run([call("run_tests"), call("submit")], fence=Versions([0, 2], [True, True]),
-                 limits=LIMITS.__class__(4, 6144, 16384, max_policy_lag=1,
+                 limits=SessionLimits(4, 6144, 16384, max_policy_lag=1,
                                          stale_sessions="keep"))
     assert rec["status"] == "ok" and rec["stale"] is True
     assert rec["policy_versions"] == [0, 2]
