@@ -38,10 +38,15 @@ VARIANTS = {
     "groups decoding from shared memory into two fp16 stages, one consumer group, one CTA per SM; "
     "more heads: 5",
     7: "6 with two consumer groups on alternate tiles (one per stage), merged at the end",
+    8: "H <= 16: no fp16 tile: rows gathered by bulk copies into a ring four tiles ahead, the "
+    "consumer group decodes wgmma's A fragments from them into registers; more heads: 5",
+    9: "8 with two consumer groups on alternate tiles, merged at the end",
+    10: "8 with S^T's 36 k-steps spread over 4 accumulators (4 independent wgmma chains)",
+    11: "9 with S^T over 4 accumulators",
 }
 DEFAULT_VARIANT = 5
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1}  # few-heads kernels: CTAs per SM
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 11: 1}  # few-heads kernels: CTAs per SM
 
 
 def default_variant() -> int:

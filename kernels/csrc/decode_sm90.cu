@@ -19,6 +19,8 @@
 //   6, 7 with H <= 16: decode_few2_kernel: the rows arrive by bulk copies (TMA) two tiles ahead
 //     in a raw ring, two producer warp groups decode them from shared memory into two fp16 stages,
 //     one consumer group (6) or two on alternate tiles (7); one CTA per SM. More heads: 5.
+//   8, 9 with H <= 16: decode_few3_kernel: no fp16 tile; the consumers decode wgmma's A fragments
+//     from the raw (bulk-copied) rows into registers; one consumer group (8) or two (9).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -1292,6 +1294,448 @@ __global__ void __launch_bounds__(256, 2) decode_few_kernel(const __grid_constan
 #endif
 }
 
+// ---- Few heads, variants 8, 9 (issue 29): the consumers decode straight from the raw rows ----
+// No fp16 tile: the rows arrive by bulk copies in a ring of kHRaw raw tiles (a loader warp group,
+// one thread a row, up to kHRaw tiles ahead), and the consumer group decodes each wgmma's A
+// fragment from them into registers: S^T = K Q^T with K as the A operand, O^T += V^T P^T with
+// V^T as the A operand. Per tile that is 2 x 22.5 KB of shared-memory reads instead of v5's
+// 72 KB written + ~140 KB read by wgmma. The sums over dims and rows do not care which dim a
+// fragment slot holds, so the slots are assigned to match the NVFP4 layout (one load, one scale
+// per register) and Q and O^T are permuted to match:
+//   S, k-step kk, slot 2t + e (+ 8 hi) of thread t = lane % 4: dim base(kk, t) + 2 hi + e, where
+//     base = 128 t + 4 kk (latent, kk < 32) or 512 + 16 t + 4 (kk - 32) (rope): thread t reads
+//     latent bytes 64t..64t+63, scales 8t..8t+7 and rope bytes 16t..16t+15 of its two rows.
+//   O^T, m-block mb, slot g (g + 8) of warp w: dim 16 (8 w + g) + 2 mb (+ 1): thread (w, g)
+//     reads latent bytes 8 (8w + g) .. + 7 and scale 8w + g of the rows of its k-steps.
+// 8: one consumer group; 9: two on alternate tiles, merged at the end as in variant 7.
+constexpr int kHRaw = 4;
+constexpr int kHOffQN = 0;                                  // Q in natural order (load_q_few)
+constexpr int kHOffQ = kHOffQN + kDimBlocks * kFewQBlock;   // 18432: Q permuted (wgmma's B)
+constexpr int kHOffPT = kHOffQ + kDimBlocks * kFewQBlock;   // 36864: P^T [2] (one per group)
+constexpr int kHOffRed = kHOffPT + 2 * kFewQBlock;          // scratch [2] (one per group)
+constexpr int kHOffRaw = kHOffRed + 2 * 1024;               // 43008: kHRaw raw tiles
+constexpr int kHOffRawValid = kHOffRaw + kHRaw * kRawBytes;  // uint8 [kHRaw][64]
+constexpr int kHOffBar = kHOffRawValid + kHRaw * 64;         // raw full[kHRaw], raw empty[kHRaw]
+constexpr int kHSmem = kHOffBar + 2 * kHRaw * 8 + 1024;
+static_assert(kHOffQ % 1024 == 0 && kHOffPT % 1024 == 0 && kHOffRaw % 16 == 0 &&
+              kHOffBar % 8 == 0 && kHSmem <= 227 * 1024, "few-heads v8 layout");
+static_assert(kHRaw * kRawBytes >= 16 * kOStride * 4, "the epilogue stages O^T in the raw ring");
+constexpr int kHLoaderRegs = 56, kHConsumerRegs = 224;  // v9: 128 x 56 + 256 x 224 = 64512
+
+// S^T (+)= A B^T with A [64, 16] in registers (the fragment of wgmma_pv_rs), B K-major in shared
+// memory.
+__device__ __forceinline__ void wgmma_rs_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db,
+                                             int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      : WG_D8(0)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// A block-scale byte (E4M3) -> its value times 2**6 in both halves (decode8's scale2).
+__device__ __forceinline__ uint32_t scale2_of(uint32_t byte) {
+  return __byte_perm(hmul2(e4m3x2_to_f16x2(byte & 0xFFu), 0x54005400u), 0, 0x1010);
+}
+
+// Natural Q (load_q_few's layout at kHOffQN) -> the permuted layout at kHOffQ: chunk (head h,
+// k-step kk, half hi) holds dims base(kk, t) + 2 hi + {0, 1} for t = 0..3.
+__device__ void permute_q(uint8_t* smem, int ct) {
+  const uint32_t qn = smem_u32(smem + kHOffQN), qp = smem_u32(smem + kHOffQ);
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {  // 16 heads x 36 k-steps x 2 halves, 128 threads
+    const int id = ct + 128 * i, h = id & 15, kk = (id >> 4) % 36, hi = id / (16 * 36);
+    uint32_t v[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int d = (kk < 32 ? 128 * t + 4 * kk : 512 + 16 * t + 4 * (kk - 32)) + 2 * hi;
+      uint32_t x;
+      asm volatile("ld.shared.u32 %0, [%1];\n"
+                   : "=r"(x)
+                   : "r"(qn + (d >> 6) * kFewQBlock + swz(h, (d & 63) >> 3) + (d & 7) * 2));
+      v[t] = x;
+    }
+    st_smem(qp + (kk >> 2) * kFewQBlock + swz(h, 2 * (kk & 3) + hi),
+            make_uint4(v[0], v[1], v[2], v[3]));
+  }
+}
+
+// The loader of variants 8, 9: threads 0..63, one a row; tile k's rows into raw tile k % kHRaw once
+// the consumers have released tile k - kHRaw there.
+__device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1,
+                           int ntiles) {
+  const int r = threadIdx.x;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full = base + kHOffBar, empty = full + 8 * kHRaw;
+  const int32_t* idx = p.idx + b * p.stride_ib;
+  auto slot_of = [&](int k) {
+    const int t = t0 + k * kTile + r;
+    return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+  };
+  int slot = slot_of(0);
+  for (int k = 0; k < ntiles; ++k) {
+    const int rs = k % kHRaw, next = slot_of(k + 1);
+    if (k >= kHRaw) mbar_wait(empty + 8 * rs, (k / kHRaw - 1) & 1);
+    smem[kHOffRawValid + rs * 64 + r] = slot >= 0;
+    const uint32_t bar = full + 8 * rs;
+    if (slot >= 0) {
+      fence_async_smem();  // the consumers' reads of this raw tile before the copy's writes
+      mbar_arrive_expect_tx(bar, kRowBytes);
+      bulk_g2s(base + kHOffRaw + rs * kRawBytes + r * kRowBytes,
+               p.cache + static_cast<int64_t>(slot) * kRowBytes, kRowBytes, bar);
+    } else {
+      mbar_arrive(bar);
+    }
+    slot = next;
+  }
+}
+
+// The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
+// tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
+template <int kNC, int kSA>
+__device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
+  const int cx = threadIdx.x - 128;
+  const int cg = kNC == 2 ? cx >> 7 : 0;
+  const int ct = cx & 127;
+  const int bar_id = 1 + cg;
+  const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
+  const int rr0 = 16 * wq + g, rr1 = rr0 + 8, q8 = 8 * wq + g;
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full = base + kHOffBar, empty = full + 8 * kHRaw;
+  float* redm = reinterpret_cast<float*>(smem + kHOffRed + cg * 1024);  // [4][16] maxima
+  float* reds = redm + 64;                                              // [4][16] sums
+  float* qks = reinterpret_cast<float*>(smem + kHOffRed) + 192;
+  float qk = 0.f;
+  if (cg == 0) {
+    qk = load_q_few<kHOffRed>(p, smem, b, ct);
+    permute_q(smem, ct);
+    fence_async_smem();
+    if (ct == 0) *qks = qk;
+  }
+  bar_sync_n(4, 128 * kNC);  // Q permuted (fenced for the async proxy) and its scale
+  if (cg == 1) qk = *qks;
+  const uint64_t dq = desc(base + kHOffQ, 16, 1024);                    // B: Q, K-major
+  const uint32_t pt = base + kHOffPT + cg * kFewQBlock;
+  const uint64_t dpt = desc(pt, 16, 1024);                              // B: P^T, K-major
+
+  float o[8][8];
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[mb][i] = 0.f;
+  float s[8], sa[kSA][8];  // S^T: k-step kk accumulates into sa[kk % kSA], summed into s
+  float m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -kInf;
+    l[i] = 0.f;
+  }
+  for (int k = cg; k < ntiles; k += kNC) {
+    const int rs = k % kHRaw;
+    mbar_wait(full + 8 * rs, (k / kHRaw) & 1);
+    const uint32_t raw = base + kHOffRaw + rs * kRawBytes;
+    const uint8_t* valid = smem + kHOffRawValid + rs * 64;
+    // S^T = K Q^T: per 16-byte latent chunk i of the two rows, 8 k-steps (4 words, 2 each)
+    const uint32_t row0 = raw + rr0 * kRowBytes, row1 = raw + rr1 * kRowBytes;
+    const uint2 sc0 = ld_smem2(row0 + 320 + 8 * c4), sc1 = ld_smem2(row1 + 320 + 8 * c4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 x0 = ld_smem(row0 + 64 * c4 + 16 * i), x1 = ld_smem(row1 + 64 * c4 + 16 * i);
+      uint32_t fa[8][4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int blk = 2 * i + (w >> 1);  // scale byte of dims 128 c4 + 16 blk ..
+        const uint32_t s0 = scale2_of((blk < 4 ? sc0.x : sc0.y) >> (8 * (blk & 3)));
+        const uint32_t s1 = scale2_of((blk < 4 ? sc1.x : sc1.y) >> (8 * (blk & 3)));
+        const uint4 d0 = decode8(word(x0, w), s0), d1 = decode8(word(x1, w), s1);
+        fa[2 * w][0] = d0.x, fa[2 * w][1] = d1.x, fa[2 * w][2] = d0.y, fa[2 * w][3] = d1.y;
+        fa[2 * w + 1][0] = d0.z, fa[2 * w + 1][1] = d1.z, fa[2 * w + 1][2] = d0.w,
+                      fa[2 * w + 1][3] = d1.w;
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int kk = 8 * i + j;
+        wgmma_rs_n16(sa[kk % kSA], fa[j], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4),
+                     kk >= kSA);
+      }
+      wgmma_commit();
+    }
+    {  // rope: k-steps 32..35, word i of each row's 16 rope bytes
+      const uint4 x0 = ld_smem(row0 + 256 + 16 * c4), x1 = ld_smem(row1 + 256 + 16 * c4);
+      uint32_t fa[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t w0 = word(x0, i), w1 = word(x1, i);
+        fa[i][0] = e4m3x2_to_f16x2(w0), fa[i][1] = e4m3x2_to_f16x2(w1);
+        fa[i][2] = e4m3x2_to_f16x2(w0 >> 16), fa[i][3] = e4m3x2_to_f16x2(w1 >> 16);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kk = 32 + i;
+        wgmma_rs_n16(sa[kk % kSA], fa[i], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), 1);
+      }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      s[i] = sa[0][i];
+#pragma unroll
+      for (int j = 1; j < kSA; ++j) s[i] += sa[j][i];
+    }
+    const bool ok0 = valid[rr0], ok1 = valid[rr1];
+    float mx[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[4 * j + e] = ok0 ? s[4 * j + e] * qk : -kInf;
+        s[4 * j + 2 + e] = ok1 ? s[4 * j + 2 + e] * qk : -kInf;
+        mx[2 * j + e] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+      }
+    }
+#pragma unroll
+    for (int d = 4; d < 32; d <<= 1)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], d));
+    if (g == 0) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) redm[16 * wq + 8 * j + 2 * c4 + e] = mx[2 * j + e];
+    }
+    bar_sync_n(bar_id, 128);  // every warp's maxima (and the last tile's P^T reads are done)
+    float a[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+        const float t = fmaxf(fmaxf(redm[hh], redm[16 + hh]), fmaxf(redm[32 + hh], redm[48 + hh]));
+        const float n = fmaxf(m[i], t);
+        const float u = n == -kInf ? 0.f : n;  // no -inf - -inf
+        a[i] = fast_exp2(m[i] - u);
+        m[i] = n;
+        const float p0 = fast_exp2(s[4 * j + e] - u), p1 = fast_exp2(s[4 * j + 2 + e] - u);
+        s[4 * j + e] = p0;
+        s[4 * j + 2 + e] = p1;
+        l[i] = l[i] * a[i] + (p0 + p1);
+      }
+    }
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          o[mb][4 * j + e] *= a[2 * j + e];
+          o[mb][4 * j + 2 + e] *= a[2 * j + e];
+        }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hh = 8 * j + 2 * c4 + e;
+        st_smem_u16(pt + swz(hh, rr0 >> 3) + (rr0 & 7) * 2,
+                    __half_as_ushort(__float2half_rn(s[4 * j + e])));
+        st_smem_u16(pt + swz(hh, rr1 >> 3) + (rr1 & 7) * 2,
+                    __half_as_ushort(__float2half_rn(s[4 * j + 2 + e])));
+      }
+    }
+    fence_async_smem();
+    bar_sync_n(bar_id, 128);  // P^T complete
+    // O^T += V^T P^T: k-step kt = rows 16 kt + 2 c4 + {0, 1, 8, 9}; one 8-byte load and one scale
+    // per row give this thread's dim pair of all 8 m-blocks.
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt) {
+      uint32_t v[4][8];
+#pragma unroll
+      for (int rj = 0; rj < 4; ++rj) {
+        const int row = 16 * kt + 2 * c4 + (rj & 1) + 8 * (rj >> 1);
+        const uint32_t ra = raw + row * kRowBytes;
+        const uint2 x = ld_smem2(ra + 8 * q8);
+        // padding rows hold older rows or nothing: a zero scale makes them zeros (P is 0 there,
+        // but 0 x NaN would not be)
+        const uint32_t sb = valid[row] ? smem[kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8]
+                                       : 0u;
+        const uint32_t s2 = scale2_of(sb);
+        const uint4 lo = decode8(x.x, s2), hi = decode8(x.y, s2);
+        v[rj][0] = lo.x, v[rj][1] = lo.y, v[rj][2] = lo.z, v[rj][3] = lo.w;
+        v[rj][4] = hi.x, v[rj][5] = hi.y, v[rj][6] = hi.z, v[rj][7] = hi.w;
+      }
+      uint32_t fb[8][4];
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) {
+        fb[mb][0] = __byte_perm(v[0][mb], v[1][mb], 0x5410);  // dim 2 mb, rows 2 c4, 2 c4 + 1
+        fb[mb][1] = __byte_perm(v[0][mb], v[1][mb], 0x7632);  // dim 2 mb + 1
+        fb[mb][2] = __byte_perm(v[2][mb], v[3][mb], 0x5410);  // rows + 8
+        fb[mb][3] = __byte_perm(v[2][mb], v[3][mb], 0x7632);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) wgmma_rs_n16(o[mb], fb[mb], dpt + ((32 * kt) >> 4), 1);
+      wgmma_commit();
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * rs);  // this warp has read the raw tile
+    wgmma_wait<0>();
+  }
+
+  // Sums over the rows: the 8 lanes of a column, then the 4 warps.
+#pragma unroll
+  for (int d = 4; d < 32; d <<= 1)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], d);
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) reds[16 * wq + 8 * j + 2 * c4 + e] = l[2 * j + e];
+  }
+  bar_sync_n(bar_id, 128);
+  float lt[4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hh = 8 * j + 2 * c4 + e;
+      lt[2 * j + e] = reds[hh] + reds[16 + hh] + reds[32 + hh] + reds[48 + hh];
+    }
+  // O^T staged as fp32 [16 heads][kOStride] in the raw ring: every tile has been read (each
+  // group waits for both below), and the loader issued its last copy before that.
+  float* ost = reinterpret_cast<float*>(smem + kHOffRaw);
+  auto dim_of = [&](int mb, int second) { return 16 * q8 + 2 * mb + second; };
+  bar_sync_n(4, 128 * kNC);
+  if (kNC == 2) {
+    float* xch = reinterpret_cast<float*>(smem + kHOffRed + 1024) + 192;  // m [16], l [16]
+    if (cg == 1) {
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int hh = 8 * j + 2 * c4 + e;
+            ost[hh * kOStride + dim_of(mb, 0)] = o[mb][4 * j + e];
+            ost[hh * kOStride + dim_of(mb, 1)] = o[mb][4 * j + 2 + e];
+          }
+      if (wq == 0 && g == 0) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int hh = 8 * j + 2 * c4 + e;
+            xch[hh] = m[2 * j + e];
+            xch[16 + hh] = lt[2 * j + e];
+          }
+      }
+      bar_sync_n(4, 256);
+      return;
+    }
+    bar_sync_n(4, 256);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+        const float m1 = xch[hh], n = fmaxf(m[i], m1);
+        const float u = n == -kInf ? 0.f : n;  // no -inf - -inf
+        const float a0 = fast_exp2(m[i] - u), a1 = fast_exp2(m1 - u);
+        lt[i] = lt[i] * a0 + xch[16 + hh] * a1;
+        m[i] = n;
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) {
+          o[mb][4 * j + e] = o[mb][4 * j + e] * a0 + ost[hh * kOStride + dim_of(mb, 0)] * a1;
+          o[mb][4 * j + 2 + e] =
+              o[mb][4 * j + 2 + e] * a0 + ost[hh * kOStride + dim_of(mb, 1)] * a1;
+        }
+      }
+  }
+  float inv[4];
+  const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+      inv[i] = lt[i] > 0.f ? 1.f / lt[i] : 0.f;
+      if (wq == 0 && g == 0 && hh < p.heads) {
+        const float lse2 = lt[i] > 0.f ? m[i] + log2f(lt[i]) : -kInf;
+        if (p.nsplit == 1) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
+        else p.lpart[part + hh] = lse2;
+      }
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hh = 8 * j + 2 * c4 + e;
+        ost[hh * kOStride + dim_of(mb, 0)] = o[mb][4 * j + e] * inv[2 * j + e];
+        ost[hh * kOStride + dim_of(mb, 1)] = o[mb][4 * j + 2 + e] * inv[2 * j + e];
+      }
+  bar_sync_n(bar_id, 128);
+#pragma unroll 4
+  for (int i = 0; i < 16; ++i) {  // 16 heads x 128 chunks of 4 dims
+    const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
+    if (hh >= p.heads) continue;
+    const float4 v = *reinterpret_cast<const float4*>(ost + hh * kOStride + 4 * c);
+    if (p.nsplit == 1) {
+      uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 4 * c;
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v.x, v.y);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(v.z, v.w);
+    } else {
+      *reinterpret_cast<float4*>(p.opart + (part + hh) * 512 + 4 * c) = v;
+    }
+  }
+}
+
+template <int kNC, int kSA>
+__global__ void __launch_bounds__(128 + 128 * kNC, 1)
+    decode_few3_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // swizzle atoms
+  const int split = blockIdx.y, b = blockIdx.z;
+  const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
+  const int ntiles = (t1 - t0 + kTile - 1) / kTile;
+  const uint32_t bar = smem_u32(smem + kHOffBar);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < kHRaw; ++i) {
+      mbar_init(bar + 8 * i, 64);                 // raw full: every row
+      mbar_init(bar + 8 * (kHRaw + i), 4);        // raw empty: the consuming group's warps
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the async proxy
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    if (kNC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kHLoaderRegs));
+    if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
+  } else {
+    if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
+    consumer_reg<kNC, kSA>(p, smem, b, split, ntiles);
+  }
+#else
+  __trap();
+#endif
+}
+
+template <int kNC, int kSA>
+cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_few3_kernel<kNC, kSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(1, p.nsplit, p.batch);
+  decode_few3_kernel<kNC, kSA><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <int kVariant>
 __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1380,6 +1824,10 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 5: return p.heads <= kFewHeads ? launch_few<true>(p, stream) : launch<5>(p, stream);
     case 6: return p.heads <= kFewHeads ? launch_few2<1>(p, stream) : launch<5>(p, stream);
     case 7: return p.heads <= kFewHeads ? launch_few2<2>(p, stream) : launch<5>(p, stream);
+    case 8: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
+    case 9: return p.heads <= kFewHeads ? launch_few3<2, 1>(p, stream) : launch<5>(p, stream);
+    case 10: return p.heads <= kFewHeads ? launch_few3<1, 4>(p, stream) : launch<5>(p, stream);
+    case 11: return p.heads <= kFewHeads ? launch_few3<2, 4>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
