@@ -4,9 +4,10 @@ stops (kernels/NOTES.md).
 `kernels/csrc/decode_sm90.cu` is warp-specialized: a producer warp group gathers each tile's top-k
 rows and decodes them to fp16 in registers while consumer warp groups run wgmma on the previous
 tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
-half; for H <= 16 (variants 4-7) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
+half; for H <= 16 (variants 4-9) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
 heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
-(6; 7: two consumer groups) (kernels/README.md, "The CUDA kernel"). Same interface, reference
+(6; 7: two consumer groups); 8 (the default) and 9 decode wgmma's A fragments straight from the
+bulk-copied rows into registers, with no fp16 tile (kernels/README.md, "The CUDA kernel"). Same interface, reference
 and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are merged by that
 module's combine kernel. Built on first use by `torch.utils.cpp_extension.load` (needs nvcc and an
 sm_90 GPU); the Triton kernel stays the portable path.
@@ -41,12 +42,10 @@ VARIANTS = {
     8: "H <= 16: no fp16 tile: rows gathered by bulk copies into a ring four tiles ahead, the "
     "consumer group decodes wgmma's A fragments from them into registers; more heads: 5",
     9: "8 with two consumer groups on alternate tiles, merged at the end",
-    10: "8 with S^T's 36 k-steps spread over 4 accumulators (4 independent wgmma chains)",
-    11: "9 with S^T over 4 accumulators",
 }
-DEFAULT_VARIANT = 5
+DEFAULT_VARIANT = 8
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 11: 1}  # few-heads kernels: CTAs per SM
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1}  # few-heads kernels: CTAs per SM
 
 
 def default_variant() -> int:

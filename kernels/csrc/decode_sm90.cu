@@ -1393,10 +1393,12 @@ __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, 
 
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
-template <int kNC, int kSA>
+template <int kNC>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
-  const int cg = kNC == 2 ? cx >> 7 : 0;
+  // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
+  // divergent path (where it serialized every wgmma, C7520)
+  const int cg = kNC == 2 ? __shfl_sync(0xffffffffu, cx >> 7, 0) : 0;
   const int ct = cx & 127;
   const int bar_id = 1 + cg;
   const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
@@ -1424,7 +1426,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[mb][i] = 0.f;
-  float s[8], sa[kSA][8];  // S^T: k-step kk accumulates into sa[kk % kSA], summed into s
+  float s[8];
   float m[4], l[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -1457,8 +1459,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int kk = 8 * i + j;
-        wgmma_rs_n16(sa[kk % kSA], fa[j], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4),
-                     kk >= kSA);
+        wgmma_rs_n16(s, fa[j], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), kk > 0);
       }
       wgmma_commit();
     }
@@ -1475,17 +1476,11 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int kk = 32 + i;
-        wgmma_rs_n16(sa[kk % kSA], fa[i], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), 1);
+        wgmma_rs_n16(s, fa[i], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), 1);
       }
       wgmma_commit();
     }
     wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      s[i] = sa[0][i];
-#pragma unroll
-      for (int j = 1; j < kSA; ++j) s[i] += sa[j][i];
-    }
     const bool ok0 = valid[rr0], ok1 = valid[rr1];
     float mx[4];
 #pragma unroll
@@ -1695,7 +1690,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   }
 }
 
-template <int kNC, int kSA>
+template <int kNC>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1719,20 +1714,20 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC, kSA>(p, smem, b, split, ntiles);
+    consumer_reg<kNC>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
 #endif
 }
 
-template <int kNC, int kSA>
+template <int kNC>
 cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_few3_kernel<kNC, kSA>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
+      decode_few3_kernel<kNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(1, p.nsplit, p.batch);
-  decode_few3_kernel<kNC, kSA><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
+  decode_few3_kernel<kNC><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -1824,10 +1819,8 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 5: return p.heads <= kFewHeads ? launch_few<true>(p, stream) : launch<5>(p, stream);
     case 6: return p.heads <= kFewHeads ? launch_few2<1>(p, stream) : launch<5>(p, stream);
     case 7: return p.heads <= kFewHeads ? launch_few2<2>(p, stream) : launch<5>(p, stream);
-    case 8: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
-    case 9: return p.heads <= kFewHeads ? launch_few3<2, 1>(p, stream) : launch<5>(p, stream);
-    case 10: return p.heads <= kFewHeads ? launch_few3<1, 4>(p, stream) : launch<5>(p, stream);
-    case 11: return p.heads <= kFewHeads ? launch_few3<2, 4>(p, stream) : launch<5>(p, stream);
+    case 8: return p.heads <= kFewHeads ? launch_few3<1>(p, stream) : launch<5>(p, stream);
+    case 9: return p.heads <= kFewHeads ? launch_few3<2>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
