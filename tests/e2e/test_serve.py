@@ -39,13 +39,13 @@ def _valid(call, tools) -> bool:
 
 
 @pytest.mark.parametrize("topology", [["serving=embedded"],
-                                      ["serving=kv_routed", "serving.discovery=etcd"]],
-                         ids=["embedded", "kv_routed_on_etcd_and_nats"])
+                                      ["serving=kv_routed", "serving.discovery=etcd"],
+                                      ["serving=disagg"]],
+                         ids=["embedded", "kv_routed_on_etcd_and_nats", "disagg"])
 def test_outside_clients_get_chat_streams_and_valid_tool_calls(topology, tmp_path):
-    """The kv_routed server runs as a deployment would, discovery in etcd and events over NATS
-    (both started on loopback): its workers are found only through them. (`disagg` serves
-    through the same Dynamo frontend and proxy; its workers are proven by the disagg job in
-    tests/e2e/test_dynamo_cluster.py.)"""
+    """Every topology the README serves. The kv_routed server runs as a deployment would,
+    discovery in etcd and events over NATS (both started on loopback): its workers are found
+    only through them."""
     before = process_table()
     port = free_port("127.0.0.1")
     proc = subprocess.Popen([sys.executable, "-m", "serving.serve", *topology,
