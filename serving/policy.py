@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("wait", "abort", "keep")
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's update routes (on loopback, like the server)
+REMOTE_KV_WAIT_S = 30.0  # how long a decode worker's pause waits out a request's KV in transit
 
 
 class PolicyUpdateError(ServingError):
@@ -220,7 +221,23 @@ class DynamoControl(EngineControl):
         # Dynamo's pause is the only place a worker's cache reset reaches the KV connector and
         # reports its failure (its flush and update routes ignore the reset's result): the
         # caches are dropped here, while the engine is paused and before the new weights.
-        self._engine("pause_generation", {"mode": mode, "clear_cache": True})
+        deadline = time.monotonic() + REMOTE_KV_WAIT_S
+        while True:
+            try:
+                self._engine("pause_generation", {"mode": mode, "clear_cache": True})
+                return
+            except PolicyUpdateError as exc:
+                # vLLM 0.31 cannot drop a decode engine's cache while a request there waits
+                # for its KV from the prefill worker (seen in the loop benchmark, with no turn
+                # of ours in flight: a finished or cancelled request's leftover). In wait and
+                # abort modes nothing of ours runs on: resume so that it lands and ends, then
+                # pause again. In keep mode the turns kept would run on, so it fails instead.
+                if ("remote KV" not in str(exc) or mode == "keep"
+                        or time.monotonic() > deadline):
+                    raise
+                log.info("engine %s: a request still waits for its KV; pausing again", self.name)
+                self._engine("resume_generation", {})
+                time.sleep(0.5)
 
     def invalidate(self) -> None:
         pass  # done by pause (above)

@@ -4,12 +4,15 @@ fails midway goes back to the previous weights on every engine."""
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
+from serving import policy
 from serving.policy import (
+    DynamoControl,
     EngineControl,
     PolicyUpdateError,
     check_checkpoint,
@@ -108,3 +111,44 @@ def test_one_engine_failing_puts_every_engine_back_on_the_previous_weights():
     assert ok.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
     # the engine that failed halfway loads the previous weights again too
     assert bad.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
+
+
+class WorkerRoutes:
+    """A Dynamo worker's /engine routes whose cache reset fails `refusals` times the way vLLM
+    0.31's does while a request waits for its KV from the prefill worker."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.calls = refusals, []
+
+    def post(self, url, json=None, params=None, timeout=None):
+        route = url.rsplit("/", 1)[-1]
+        self.calls.append(route)
+        answer = {"status": "ok"}
+        if route == "pause_generation" and self.refusals:
+            self.refusals -= 1
+            answer = {"status": "error", "message": "Call to pause_scheduler method failed: "
+                      "Failed to reset KV cache ... running requests waiting for remote KV "
+                      "transfer, which is not supported yet."}
+        return httpx.Response(200, json=answer)
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort"])
+def test_a_decode_worker_with_kv_in_transit_is_resumed_and_paused_again(monkeypatch, mode):
+    routes = WorkerRoutes(refusals=2)
+    monkeypatch.setattr(policy.httpx, "post", routes.post)
+    monkeypatch.setattr(policy.time, "sleep", lambda s: None)
+    DynamoControl("decode0", "http://worker").pause(mode)
+    assert routes.calls == ["pause_generation", "resume_generation"] * 2 + ["pause_generation"]
+
+
+def test_kv_in_transit_fails_a_keep_pause_and_a_stuck_one_in_time(monkeypatch):
+    routes = WorkerRoutes(refusals=1)
+    monkeypatch.setattr(policy.httpx, "post", routes.post)
+    with pytest.raises(PolicyUpdateError, match="decode0: pause_generation: .*remote KV"):
+        DynamoControl("decode0", "http://worker").pause("keep")  # kept turns would run on
+    routes = WorkerRoutes(refusals=10**6)
+    monkeypatch.setattr(policy.httpx, "post", routes.post)
+    monkeypatch.setattr(policy, "REMOTE_KV_WAIT_S", 0.0)
+    with pytest.raises(PolicyUpdateError, match="remote KV"):
+        DynamoControl("decode0", "http://worker").pause("wait")
+    assert routes.calls == ["pause_generation"]  # the deadline had passed: no retry
