@@ -7,10 +7,11 @@ tile: for H > 16 one group computes the scores, the softmax and half of P V, the
 half; for H <= 16 (variants 4-9) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
 heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
 (6; 7: two consumer groups); 8 (the default) and 9 decode wgmma's A fragments straight from the
-bulk-copied rows into registers, with no fp16 tile (kernels/README.md, "The CUDA kernel"). Same interface, reference
-and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are merged by that
-module's combine kernel. Built on first use by `torch.utils.cpp_extension.load` (needs nvcc and an
-sm_90 GPU); the Triton kernel stays the portable path.
+bulk-copied rows into registers, with no fp16 tile (kernels/README.md, "The CUDA kernel"). Same
+interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
+splits are merged by that module's combine kernel. Built on first use by
+`torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
+portable path.
 """
 
 import functools
