@@ -1,7 +1,7 @@
 """Probe (issue 29): the few-heads CUDA variants at H16 B64 with rows that cost memory (random
 over 4M rows) and with none read at all (every index padding), at 1, 2 and 4 splits. What the
 kernel keeps without rows is on-chip work. Run on the device from the repo root:
-    python3 kernels/csrc/probes/few_heads_rows.py 5 8 9
+    python3 scripts/probe_few_heads_rows.py 5 8 9
 """
 
 import sys
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import timed  # noqa: E402
 
 from kernels.cuda_decode import sparse_mla_decode_cuda  # noqa: E402
