@@ -35,15 +35,14 @@ from rollfleet.paths import cache_dir
 from rollfleet.run_dir import RunDir
 from rollout.admission import FixedWindow, KvBudget
 from rollout.config import SCHEMAS, config_hash, register_schemas, validate
+from rollout.fleet import own_cluster, update_policy
 from rollout.model_client import check_sampling
 from rollout.policy_fence import remote_board
-from rollout.policy_update import update_policy
 from rollout.record import Job, Provenance
 from rollout.scheduler import JobSource, Scheduler
 from rollout.sink import RecordSink
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving.cluster import Cluster
 from serving.policy import UpdateTimes
 
 log = logging.getLogger(__name__)
@@ -128,7 +127,7 @@ class Rollouts:
         self._ready: queue.Queue[Group] = queue.Queue()
         self._partial: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._failure: BaseException | None = None
-        self.cluster: Cluster | None = None
+        self.cluster: Any = None  # serving's cluster, held through rollout/fleet.py
 
     # -- the fleet ------------------------------------------------------------------------------
 
@@ -148,8 +147,9 @@ class Rollouts:
         self.run.path.mkdir(parents=True, exist_ok=True)
         self.run.config_file.parent.mkdir(parents=True, exist_ok=True)
         self.run.config_file.write_text(OmegaConf.to_yaml(cfg))
-        self.cluster = Cluster(g["serving"], g["model"], self.run.path, cache_dir(cfg.cache_dir))
-        endpoint = self._stack.enter_context(self.cluster)
+        self.cluster = self._stack.enter_context(
+            own_cluster(g["serving"], g["model"], self.run.path, cache_dir(cfg.cache_dir)))
+        endpoint = self.cluster.endpoint
         check_sampling(endpoint, rollout.sampling())
         ray.init(address="local", num_cpus=max(1, round(rollout.workers
                                                          * rollout.worker_num_cpus + 0.5)),

@@ -7,14 +7,12 @@ error, Ctrl-C, SIGTERM); SIGTERM ends the job with one line and exit code 143.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import platform
 import socket
 import sys
 import time
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -42,17 +40,16 @@ from rollout.config import (
 )
 from rollout.corpus import build as build_corpus
 from rollout.corpus import corpus_message, source_of
+from rollout.fleet import SWEEP_CLUSTER, own_cluster
 from rollout.model_client import check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
-from rollout.shared_cluster import SWEEP_CLUSTER
 from rollout.sink import RecordSink
 from rollout.summary import RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
 from serving import MetricsError, Roster, ServingError
-from serving.cluster import Cluster
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError, RunAborted)
@@ -124,7 +121,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
     model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
     env_cfg = groups["env"]
     cache_dir = cache_dir_of(cfg.cache_dir)
-    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else _own_cluster)
+    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else own_cluster)
     with serving(groups["serving"], model, run_dir, cache_dir) as cluster:
         endpoint, roster = cluster.endpoint, cluster.roster
         counted = _prefix_counters(roster)  # a sweep's engines may have served earlier members
@@ -217,14 +214,6 @@ def _engine_cache(roster: Roster, before: dict[str, dict[str, float]]) -> dict[s
     hits = sum(s["hits"] for s in stats.values())
     return {"engine_prefix_hit_rate": hits / queries if queries else 0.0,
             **{f"engine_{name}_prefix_hits": int(s["hits"]) for name, s in stats.items()}}
-
-
-@contextlib.contextmanager
-def _own_cluster(serving: Any, model: Any, run_dir: Path, cache_dir: Path) -> Iterator[Cluster]:
-    """The job's cluster, started for this run and stopped at its end."""
-    cluster = Cluster(serving, model, run_dir, cache_dir)
-    with cluster:
-        yield cluster
 
 
 def _progress() -> Progress:

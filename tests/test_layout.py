@@ -58,6 +58,14 @@ def test_actors_use_servings_client_face_only():
     assert bad == []
 
 
+def test_only_the_fleet_module_touches_the_cluster():
+    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("rollout")
+           for name in imports(path)
+           if name in ("serving.cluster", "serving.topologies", "serving.dynamo")
+           and path != ROOT / "rollout/fleet.py"]
+    assert bad == []
+
+
 def test_the_standalone_apps_are_imported_by_nothing_else_in_serving():
     bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("serving")
            for name in imports(path)

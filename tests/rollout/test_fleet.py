@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout import shared_cluster
+from rollout import fleet
 from serving import ModelConfig, ServingConfig
 
 
@@ -27,10 +27,10 @@ class StandIn:
 
 
 @pytest.fixture
-def share(monkeypatch) -> shared_cluster.SharedCluster:
-    monkeypatch.setattr(shared_cluster, "Cluster", StandIn)
+def share(monkeypatch) -> fleet.SharedCluster:
+    monkeypatch.setattr(fleet, "Cluster", StandIn)
     StandIn.events = []
-    return shared_cluster.SharedCluster()
+    return fleet.SharedCluster()
 
 
 def _use(share, mode: str, member: str) -> str:
