@@ -15,10 +15,14 @@ user could read; disk bandwidth and the page cache are shared.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +54,9 @@ class SandboxPolicy:
     hide: tuple[str, ...] = field(default_factory=lambda: _hidden_dirs())
     expose: tuple[str, ...] = field(default_factory=lambda: _interpreter_dirs())
     mask: tuple[str, ...] = ()  # files unreadable inside (e.g. a task's unbroken source)
+    # one sandbox for the session's life, each command a fork and exec in it
+    # (envs/session_sandbox.py); false: a new sandbox per command
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         if self.cgroup not in CGROUP_CHOICES:
@@ -163,3 +170,35 @@ def give_to_sandbox(path: Path, uid: int | None) -> None:
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
             os.lchown(os.path.join(root, name), uid, uid)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill a sandbox's process group and wait until nothing in it runs. bwrap's child is the
+    sandbox's PID-namespace init: it exits only once every process in the namespace is gone,
+    so waiting for it means nothing is left."""
+    inner = _children(proc.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _wait_gone(inner)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> None:
+    """Until none of `pids` runs (a zombie has finished: its namespace is already empty)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                break
+            if stat[stat.rindex(")") + 2] in "ZX":
+                break
+            time.sleep(0.01)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envs.sandbox import SandboxPolicy
@@ -36,8 +36,9 @@ def score_changes(task: Task, changes: Changes, scratch: Path | None, timeout_s:
         changes.apply(dest)
         task.repo.add_hidden_tests(dest)
 
-    try:
-        ws = Workspace(populate, root=scratch, prefix=f"score-{task.task_id}-", policy=policy)
+    try:  # one command: a sandbox of its own, never a session's exec server
+        ws = Workspace(populate, root=scratch, prefix=f"score-{task.task_id}-",
+                       policy=replace(policy, persistent=False))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:  # the agent's files had taken the room
             return Score(0.0, 0, 0, "[changes not scored: with the hidden tests they are over "

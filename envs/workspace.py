@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import resource
@@ -10,13 +9,21 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envs.lease import SessionLease
-from envs.sandbox import SandboxFailure, SandboxPolicy, as_user, give_to_sandbox, limit_child, wrap
+from envs.sandbox import (
+    SandboxFailure,
+    SandboxPolicy,
+    as_user,
+    give_to_sandbox,
+    limit_child,
+    stop,
+    wrap,
+)
+from envs.session_sandbox import SessionSandbox
 
 
 @dataclass(frozen=True)
@@ -161,10 +168,14 @@ class Workspace:
         self.policy = policy
         self.lease = SessionLease(root, prefix, policy)
         self.home, self.path = self.lease.home, self.lease.repo
+        self._session: SessionSandbox | None = None
         try:
             populate(self.path)
             self.history = RepoHistory(self.home / "git", self.path, self.lease.enter)
             give_to_sandbox(self.path, self.lease.uid)
+            if policy.persistent and policy.isolate:
+                self._session = SessionSandbox(self.path, self.home, policy, self.lease.uid,
+                                               self.lease.enter)
         except BaseException:
             self.close()
             raise
@@ -195,65 +206,48 @@ class Workspace:
 
     def run(self, argv: list[str], timeout_s: float, max_output: int,
             env: dict[str, str] | None = None) -> CommandResult:
-        """Run a command in the workspace; on timeout its whole process group is killed."""
-        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.path),
-                "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-                "LANG": "C.UTF-8"}
+        """Run a command in the workspace; on timeout its whole process group is killed, and
+        nothing it started outlives it."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.path),
+               "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONHASHSEED": "0", "LANG": "C.UTF-8", **(env or {})}
         with tempfile.TemporaryFile(dir=self.home) as out:
-            proc = subprocess.Popen(wrap(as_user(argv, self.lease.uid), self.path, self.policy),
-                                    cwd=self.path, env={**base, **(env or {})},
-                                    stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT,
-                                    preexec_fn=limit_child(self.policy, self.lease.enter))
-            try:
-                proc.wait(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                # bwrap's child is the sandbox's pid-namespace init: it exits only once every
-                # process in the namespace is gone, so waiting for it means nothing is left
-                inner = _children(proc.pid)
-                _kill_group(proc.pid)
-                proc.wait()
-                _wait_gone(inner)
+            if self._session is not None:
+                code, timed_out = self._session.run(argv, env, timeout_s, out.fileno())
+            else:
+                code, timed_out = self._run_alone(argv, env, timeout_s, out)
             text = _head_and_tail(out, max_output)
-        if self.policy.isolate and proc.returncode == 1 and text.startswith("bwrap: "):
+        if self._session is None and self.policy.isolate and code == 1 \
+                and text.startswith("bwrap: "):
             raise SandboxFailure(text.strip().splitlines()[0])
-        return CommandResult(None if timed_out else proc.returncode, text, timed_out)
+        return CommandResult(code, text, timed_out)
+
+    def _run_alone(self, argv: list[str], env: dict[str, str], timeout_s: float,
+                   out) -> tuple[int | None, bool]:
+        """A sandbox of its own for one command."""
+        proc = subprocess.Popen(wrap(as_user(argv, self.lease.uid), self.path, self.policy),
+                                cwd=self.path, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT,
+                                preexec_fn=limit_child(self.policy, self.lease.enter))
+        try:
+            proc.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            stop(proc)
+        return (None if timed_out else proc.returncode), timed_out
 
     def python(self) -> str:
         return sys.executable
 
     def close(self) -> None:
         """Kill what is left of the session, unmount its disk, remove its folder and cgroup."""
-        self.lease.close()
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> None:
-    """Until none of `pids` runs (a zombie has finished: its namespace is already empty)."""
-    deadline = time.monotonic() + timeout_s
-    for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                break
-            if stat[stat.rindex(")") + 2] in "ZX":
-                break
-            time.sleep(0.01)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+        try:
+            if self._session is not None:
+                self._session.close()
+        finally:
+            self.lease.close()
 
 
 def _head_and_tail(f, limit: int) -> str:

@@ -57,6 +57,7 @@ from serving.metrics import Sample, parse, quantile, total
 from serving.process import free_port
 
 PARTS = ("ceiling", "vf", "grammar", "admission")
+SANDBOX_PATHS = {"per command": "false", "persistent": "true"}  # env.sandbox.persistent
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
 # What another person's heavy work on this machine looks like (the machine is shared).
 HEAVY = ("pytest", "vllm", "dynamo.", "ray::", "raylet", "rollout.run", "verifiers", "bench_")
@@ -381,15 +382,16 @@ def replay_lines(source: list[dict], run_id: str, samples: int,
 def ceiling(args, work: Path, source: list[dict]) -> dict[str, Any]:
     print("\n== part 1: engine ceiling against Dynamo mocker engines", flush=True)
     tasks = len({r["task_id"] for r in source})
-    runs = [(n, args.workers) for n in args.sessions]
+    runs = [(n, args.workers, path) for n in args.sessions for path in args.sandbox_paths]
     if args.more_actors:  # the largest window again, its sessions spread over more actors
-        runs.append((max(args.sessions), args.more_actors))
+        runs += [(max(args.sessions), args.more_actors, path) for path in args.sandbox_paths]
     levels: dict[str, dict] = {}
-    for n, workers in runs:
+    for n, workers, path in runs:  # each level's sandbox paths one after the other
         name = str(n) if workers == args.workers else f"{n} ({workers} actors)"
+        name += f", {path}" if len(args.sandbox_paths) > 1 else ""
         quiet = wait_quiet(args.max_load, args.max_wait_s, f"ceiling {name}")
         samples = math.ceil(args.rollouts_per_slot * n / tasks)
-        run_id = f"ceiling{n}x{workers}"
+        run_id = f"ceiling{n}x{workers}{path.replace(' ', '_')}"
         lines, _ = replay_lines(source, run_id, samples)
         trace = work / f"{run_id}.trace.jsonl"
         write_trace(trace, lines)
@@ -401,13 +403,16 @@ def ceiling(args, work: Path, source: list[dict]) -> dict[str, Any]:
             f'serving.extra_args=["--max-num-seqs","{max(256, n)}"]',
             "rollout.admission=fixed", f"rollout.max_sessions={n}",
             f"rollout.samples_per_task={samples}", f"rollout.workers={workers}",
+            f"+env.sandbox.persistent={SANDBOX_PATHS[path]}",
         ], work / run_id, scrape={"frontend": f"http://127.0.0.1:{port}/metrics"},
             timeout_s=args.job_timeout_s)
         levels[name] = ceiling_figures(job, n) | {
-            "sessions": n, "actors": workers, "quiet": quiet, "samples_per_task": samples}
+            "sessions": n, "actors": workers, "sandbox": path, "quiet": quiet,
+            "samples_per_task": samples}
         print_ceiling({name: levels[name]})
     fit = {}
-    base = [f for f in levels.values() if f["actors"] == args.workers]
+    base = [f for f in levels.values()
+            if f["actors"] == args.workers and f["sandbox"] == args.sandbox_paths[-1]]
     if len(base) >= 2:  # memory per in-flight session: the slope over the windows
         xs = [f["mean_in_flight"] for f in base]
         for key in ("actor_rss_mb", "sandbox_rss_mb", "shmem_delta_mb"):
@@ -467,6 +472,7 @@ def ceiling_figures(job: dict[str, Any], n: int) -> dict[str, Any]:
                                         0.5), 3),
         "cpu_s": {k: round(v, 1) for k, v in sorted(cpu.items())},
         "cpu_s_per_session": {k: round(v / len(recs), 4) for k, v in sorted(cpu.items())},
+        "cpu_ms_per_turn": {k: round(1000 * v / turns, 1) for k, v in sorted(cpu.items())},
         "cores_busy": {k: round(v / job["wall_s"], 2) for k, v in sorted(cpu.items())},
         "frontend_inflight_mean": round(statistics.fmean(
             [s.get("frontend_inflight", 0) for s in steady]), 1),
@@ -527,6 +533,17 @@ def print_ceiling(levels: dict[int, dict]) -> None:
               f"{f['outside_job_cores']:.2f} | {f['driver_rss_mb']:.0f} MB | "
               f"{f['actor_rss_mb']:.0f} MB | {f['sandbox_rss_mb']:.0f} MB | "
               f"{f['shmem_delta_mb']:.0f} MB |", flush=True)
+    print("\nCPU per turn over the whole job, ms (sandbox = the host's busy CPU beyond the "
+          "job's other processes)")
+    print("| sessions | turns/s | turn latency p50 | driver | actors | driver + actors | "
+          "sandboxes and scoring | Ray | serving |")
+    print("|" + "---|" * 9)
+    for n, f in levels.items():
+        c = f["cpu_ms_per_turn"]
+        print(f"| {n} | {f['turns_per_s']:.2f} | {f['turn_latency_p50_s']:.2f} s | "
+              f"{c.get('driver', 0):.1f} | {c.get('actor', 0):.1f} | "
+              f"{c.get('driver', 0) + c.get('actor', 0):.1f} | {c.get('sandbox', 0):.1f} | "
+              f"{c.get('ray', 0):.1f} | {c.get('serving', 0):.1f} |", flush=True)
 
 
 # ---------------------------------------------------------------- parts 2 and 3: one engine
@@ -823,6 +840,8 @@ def main() -> None:
                         help="ceiling: the mocker's simulated engine time is divided by this")
     parser.add_argument("--mocker-engines", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="ceiling: RolloutWorker actors")
+    parser.add_argument("--sandbox-paths", default=",".join(SANDBOX_PATHS),
+                        help=f"ceiling: any of {tuple(SANDBOX_PATHS)}, each level on each")
     parser.add_argument("--more-actors", type=int, default=8,
                         help="ceiling: the largest window once more with this many actors (0: no)")
     parser.add_argument("--vf-samples", type=int, default=8)
@@ -845,6 +864,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_rollout.json"))
     args = parser.parse_args()
     args.sessions = [int(x) for x in args.sessions.split(",")]
+    args.sandbox_paths = [p.strip() for p in args.sandbox_paths.split(",") if p.strip()]
+    if set(args.sandbox_paths) - set(SANDBOX_PATHS):
+        parser.error(f"--sandbox-paths: any of {tuple(SANDBOX_PATHS)}")
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:

@@ -1,9 +1,14 @@
-"""Sandbox start + teardown time: open a session (folder, uid, disk quota, cgroup, the task's
-files, their git history), run `true` isolated, close it.
+"""Sandbox costs, each table's variants measured side by side (interleaved) in one run:
 
-Prints a table comparing the full sandbox, the sandbox without a cgroup (a uid per session
-only), and an unisolated subprocess, measured side by side in one run, and writes the same
-figures as JSON to --out.
+1. start + teardown: open a session (folder, uid, disk quota, cgroup, the task's files, their
+   git history), run `true` isolated, close it; the full sandbox, the sandbox without a cgroup
+   (a uid per session only), an unisolated subprocess.
+2. a tool call in a running session (`bash -c true`, `bash -c "ls | wc -l"`, a Python process):
+   a sandbox per command vs one per session (env.sandbox.persistent): wall time per call, and
+   CPU per call end to end (the host's busy CPU over a block of calls, less its idle rate
+   measured just before: bwrap, setpriv, the server, the command and this process alike).
+
+The same figures go as JSON to --out.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+import psutil
 
 from envs.cgroups import detect
 from envs.sandbox import SandboxPolicy
@@ -48,9 +55,68 @@ def summary(cycles: list[tuple[float, float, float]]) -> dict[str, float]:
             "total_p90_ms": round(sorted(total_s)[int(0.9 * len(total_s))] * 1000, 2)}
 
 
+CALLS = {"bash true": ["bash", "-c", "true"], "bash ls | wc": ["bash", "-c", "ls | wc -l"],
+         "python -c pass": ["python3", "-c", "pass"]}
+
+
+def busy_s() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+def call_block(ws: Workspace, argv: list[str], n: int) -> tuple[list[float], float]:
+    """n calls: their wall times, and the host's busy CPU seconds over them."""
+    walls = []
+    cpu0 = busy_s()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        res = ws.run(argv, 10, 1000)
+        walls.append(time.perf_counter() - t0)
+        assert res.exit_code == 0, res.output
+    return walls, busy_s() - cpu0
+
+
+def idle_rate(seconds: float = 0.5) -> float:
+    """The host's busy cores while this process sleeps (other work on the machine)."""
+    cpu0 = busy_s()
+    time.sleep(seconds)
+    return (busy_s() - cpu0) / seconds
+
+
+def tool_calls(rounds: int, block: int) -> dict[str, dict[str, dict[str, float]]]:
+    paths = {"per command": False, "persistent": True}
+    spaces = {name: Workspace(lambda dest: shutil.copytree(REPO / "repo", dest,
+                                                           dirs_exist_ok=True),
+                              policy=SandboxPolicy(persistent=on)) for name, on in paths.items()}
+    try:
+        walls = {(c, p): [] for c in CALLS for p in paths}
+        cpu = {(c, p): [] for c in CALLS for p in paths}
+        for ws in spaces.values():
+            ws.run(["true"], 10, 100)  # the first command's cgroup move, the server's start
+        for _ in range(rounds):
+            for call, argv in CALLS.items():
+                for name, ws in spaces.items():
+                    idle = idle_rate()
+                    t0 = time.perf_counter()
+                    w, used = call_block(ws, argv, block)
+                    walls[call, name] += w
+                    cpu[call, name].append((used - idle * (time.perf_counter() - t0)) / block)
+    finally:
+        for ws in spaces.values():
+            ws.close()
+    ms = lambda x: round(x * 1000, 2)  # noqa: E731
+    return {call: {name: {"wall_p50_ms": ms(statistics.median(walls[call, name])),
+                          "wall_p90_ms": ms(sorted(walls[call, name])[
+                              int(0.9 * len(walls[call, name]))]),
+                          "cpu_ms_per_call": ms(statistics.median(cpu[call, name]))}
+                   for name in paths} for call in CALLS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=200, help="start/teardown cycles per variant")
+    parser.add_argument("--rounds", type=int, default=10, help="blocks per call and path")
+    parser.add_argument("--block", type=int, default=50, help="calls per block")
     parser.add_argument("--out", type=Path, default=Path("bench_sandbox.json"))
     args = parser.parse_args()
     layout = detect()
@@ -68,6 +134,13 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:<24}{r['create_ms']:>10}{r['run_true_ms']:>10}{r['total_median_ms']:>11}"
               f"{r['total_p90_ms']:>11}")
+    calls = tool_calls(args.rounds, args.block)
+    print(f"\n{'a tool call':<16}{'path':<13}{'wall p50 ms':>12}{'wall p90 ms':>12}"
+          f"{'CPU ms/call':>12}")
+    for call, by_path in calls.items():
+        for name, r in by_path.items():
+            print(f"{call:<16}{name:<13}{r['wall_p50_ms']:>12}{r['wall_p90_ms']:>12}"
+                  f"{r['cpu_ms_per_call']:>12}")
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
@@ -75,7 +148,9 @@ def main() -> None:
                                                           "python": platform.python_version()},
         "cgroup": layout.describe() if layout else None,
         "load_avg_1m": {"before": load_before, "after": os.getloadavg()[0]},
-        "parameters": {"n": args.n, "repo": str(REPO / "repo")}, "results": results}, indent=2))
+        "parameters": {"n": args.n, "rounds": args.rounds, "block": args.block,
+                       "repo": str(REPO / "repo")},
+        "results": results, "tool_calls": calls}, indent=2))
 
 
 if __name__ == "__main__":

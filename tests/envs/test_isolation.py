@@ -1,6 +1,6 @@
 """Sessions open at once do not hurt each other: a fork bomb, a disk filler and CPU spinners in
 one session; ordinary commands and a hidden-test run in the others succeed and score exactly as
-they do alone."""
+they do alone. On both sandbox paths (env.sandbox.persistent)."""
 
 import os
 import re
@@ -47,9 +47,9 @@ while os.path.exists("running"):
 FORKS = "python3 -c \"import subprocess as s; [s.run(['true'], check=True) for _ in range(20)]\""
 
 
-def _env(cgroup: str):
+def _env(cgroup: str, persistent: bool):
     return load(EnvConfig(tool_timeout_s=60, score_timeout_s=120,
-                          sandbox={**LIMITS, "cgroup": cgroup}))
+                          sandbox={**LIMITS, "cgroup": cgroup, "persistent": persistent}))
 
 
 def ordinary(env, task_id: str) -> tuple[list[str], tuple]:
@@ -111,17 +111,19 @@ def _check_as_alone(runs, alone) -> None:
         assert score == alone_score and score[0] == 1.0
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-command", "persistent"])
 @pytest.mark.parametrize("cgroup", ["auto", "none"])
-def test_two_sessions(cgroup):
-    env = _env(cgroup)
+def test_two_sessions(cgroup, persistent):
+    env = _env(cgroup, persistent)
     alone = [ordinary(env, "stats_mean")]
     runs, res, score = with_hostile_neighbour(env, ["stats_mean"])
     _check_hostile(res, score)
     _check_as_alone(runs, alone)
 
 
-def test_eight_sessions():
-    env = _env("auto")
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-command", "persistent"])
+def test_eight_sessions(persistent):
+    env = _env("auto", persistent)
     tasks = sorted(env.tasks)
     task_ids = [tasks[i % len(tasks)] for i in range(7)]
     alone = {t: ordinary(env, t) for t in tasks}

@@ -1,4 +1,5 @@
-"""Hostile tool calls: each one fails or is cut off, the host is unharmed, the session says so."""
+"""Hostile tool calls: each one fails or is cut off, the host is unharmed, the session says so;
+on both sandbox paths (a sandbox per command, and one per session: env.sandbox.persistent)."""
 
 import os
 import shutil
@@ -6,12 +7,13 @@ import socket
 import subprocess
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from envs import EnvConfig, load
-from envs.sandbox import SandboxPolicy
+from envs.sandbox import SandboxFailure, SandboxPolicy
 from envs.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -35,10 +37,15 @@ except OSError as exc:
 """
 
 
+@pytest.fixture(params=[False, True], ids=["per-command", "persistent"])
+def persistent(request) -> bool:
+    return request.param
+
+
 @pytest.fixture
-def ws():
+def ws(persistent):
     w = Workspace(lambda dest: shutil.copytree(TASK / "repo", dest, dirs_exist_ok=True),
-                  policy=POLICY)
+                  policy=replace(POLICY, persistent=persistent))
     yield w
     w.close()
 
@@ -85,9 +92,9 @@ def test_hidden_folders_read_as_empty(ws):
         other.close()
 
 
-def test_masked_task_files_cannot_be_read():
+def test_masked_task_files_cannot_be_read(persistent):
     """A stdlib task's unbroken module is on the read-only root; its copy would be the fix."""
-    env = load(EnvConfig(suite="stdlib", max_tasks=1))
+    env = load(EnvConfig(suite="stdlib", max_tasks=1, sandbox={"persistent": persistent}))
     task = next(iter(env.tasks.values()))
     masked = task.repo.masked_paths()
     assert "import" in Path(masked[0]).read_text()
@@ -120,18 +127,24 @@ def test_the_process_limit_applies(ws):
 
 @AS_ROOT
 def test_fork_bomb_is_contained(ws):
+    sh(ws, "true")
+    before = _processes_of(ws.lease.uid)  # the session's exec server, on the persistent path
     start = time.monotonic()
     res = sh(ws, "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", timeout_s=6)
     assert time.monotonic() - start < 15
     assert "fork: retry: Resource temporarily unavailable" in res.output
     # The host can still start processes, and nothing of the bomb is left.
     assert subprocess.run(["true"], check=False).returncode == 0
-    left = subprocess.run(["pgrep", "-u", str(ws.lease.uid)], capture_output=True)
-    assert left.stdout == b""
+    assert _processes_of(ws.lease.uid) <= before
 
 
-def test_cpu_seconds_are_bounded():
-    w = Workspace(lambda dest: None, policy=SandboxPolicy(cpu_s=1))
+def _processes_of(uid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout
+    return {int(pid) for pid in out.split()}
+
+
+def test_cpu_seconds_are_bounded(persistent):
+    w = Workspace(lambda dest: None, policy=SandboxPolicy(cpu_s=1, persistent=persistent))
     try:
         start = time.monotonic()
         res = w.run(["bash", "-c", "python3 -c 'while True: pass'; echo status=$?"], 20, 2000)
@@ -188,10 +201,10 @@ def test_memory_is_bounded_per_process(ws):
 
 
 @AS_ROOT
-def test_memory_is_bounded_per_session():
+def test_memory_is_bounded_per_session(persistent):
     """Three processes each under the per-process limit, together over the session's: the
     kernel kills in this session (its cgroup), and the host process is untouched."""
-    policy = SandboxPolicy(memory_mb=160, disk_mb=16)
+    policy = SandboxPolicy(memory_mb=160, disk_mb=16, persistent=persistent)
     w = Workspace(lambda dest: None, policy=policy)
     try:
         if not w.lease.groups:
@@ -220,3 +233,44 @@ def test_other_sessions_mounts_are_not_in_the_sandbox(ws, tmp_path):
     mounts = res.output.split()
     assert str(ws.path) in mounts  # the session's own folder is there
     assert not [m for m in mounts if m.startswith(str(tmp_path))], mounts
+
+
+def test_what_a_command_leaves_running_ends_with_it(ws):
+    """Even a daemon of its own session (setsid) is gone once its command returns."""
+    res = sh(ws, "setsid -f sleep 1000; sleep 1000 & echo started")
+    assert res.output == "started\n" and res.exit_code == 0
+    uid = ws.lease.uid if ws.lease.uid is not None else os.getuid()
+    left = subprocess.run(["pgrep", "-u", str(uid), "-x", "sleep"], capture_output=True)
+    assert left.stdout == b""
+
+
+def test_a_persistent_sandbox_starts_once_per_session():
+    """Every command runs in the same sandbox (its PID namespace's init started once); a
+    command that kills the exec server (every process of the session's uid) ends with 137, and
+    the next runs in a new sandbox on the same files."""
+    w = Workspace(lambda dest: None, policy=replace(POLICY, persistent=True))
+    started = "awk '{print $22}' /proc/1/stat"  # when the namespace's init started
+    try:
+        inits = {sh(w, f"{started} | tee init").output for _ in range(3)}
+        assert len(inits) == 1
+        killed = sh(w, "kill -9 -1; sleep 1")
+        assert killed.exit_code == 137 and not killed.timed_out
+        again = sh(w, f"cat init; {started}").output.splitlines()
+        assert again[0] == inits.pop().strip() != again[1]
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("module", ["envs.workspace", "envs.session_sandbox"],
+                         ids=["per-command", "persistent"])
+def test_a_sandbox_that_cannot_start_is_a_sandbox_failure(module, monkeypatch):
+    """bwrap's own complaint (here a stand-in that says what bwrap says) is the error: the
+    harness failed, not the agent."""
+    bwrap_says = "echo 'bwrap: Creating new namespace failed: No space left on device' >&2; exit 1"
+    monkeypatch.setattr(f"{module}.wrap", lambda argv, workdir, policy: ["sh", "-c", bwrap_says])
+    w = Workspace(lambda dest: None, policy=replace(POLICY, persistent=module.endswith("box")))
+    try:
+        with pytest.raises(SandboxFailure, match="^bwrap: Creating new namespace failed"):
+            w.run(["true"], 5, 1000)
+    finally:
+        w.close()
