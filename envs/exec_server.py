@@ -1,22 +1,33 @@
 """Runs inside a session's sandbox for the session's whole life (envs/session_sandbox.py).
 
 The host sends one command per message on the socket whose descriptor is argv[1], with the
-descriptor its output goes to; this server starts it in a process group of its own, waits for
-it up to its timeout, then kills whatever of it is left (its group and every process it started
-elsewhere in the sandbox's PID namespace) and answers with its exit status. Standard library
-only: it is handed to the sandbox's interpreter as source text (the checkout is hidden there).
+descriptor its output goes to; this server starts it in a session and process group of its own,
+waits for it up to its timeout, then kills whatever of it is left (its group and every process
+it started elsewhere in the sandbox's PID namespace) and answers with its exit status, or
+`timeout`. It is handed to the sandbox's interpreter as source text (the checkout is hidden
+there) and imports only built-in modules: `socket` and `json` alone would double its start.
 """
 
-import contextlib
-import json
+import _socket
+import array
+import marshal
 import os
+import select
 import signal
-import socket
-import subprocess
 import sys
 import time
 
 MAX_REQUEST = 1 << 20
+
+
+def _receive(sock: _socket.socket) -> tuple[bytes, list[int]]:
+    """One message and the descriptors sent with it."""
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(MAX_REQUEST, _socket.CMSG_SPACE(4 * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
 
 
 def _others(me: int) -> list[int]:
@@ -44,45 +55,60 @@ def _clear(me: int) -> None:
         if not pids:
             return
         for pid in pids:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib is an import this server does without
                 os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.001)
 
 
-def _status(code: int) -> int:
-    """As a shell reports it: 128 + the signal for a command a signal ended."""
-    return 128 - code if code < 0 else code
+def _start(request: dict, out: int) -> int:
+    """The command's pid: a session of its own, `out` as stdout and stderr."""
+    pid = os.fork()
+    if pid == 0:
+        argv = request["argv"]
+        try:
+            os.setsid()
+            os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            os.close(out)
+            os.chdir(request["cwd"])
+            os.execvpe(argv[0], argv, request["env"])
+        except OSError as exc:
+            os.write(2, f"{argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127)
+    os.close(out)
+    return pid
 
 
-def _run(request: dict, out: int, me: int) -> dict:
-    try:
-        child = subprocess.Popen(request["argv"], cwd=request["cwd"], env=request["env"],
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                 start_new_session=True)
-    except OSError as exc:
-        os.write(out, f"{request['argv'][0]}: {exc.strerror}\n".encode())
-        return {"exit_code": 127, "timed_out": False}
-    finally:
-        os.close(out)
-    try:
-        code, timed_out = child.wait(request["timeout_s"]), False
-    except subprocess.TimeoutExpired:
-        code, timed_out = None, True
-    with contextlib.suppress(OSError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
+def _run(request: dict, out: int, me: int) -> bytes:
+    pid = _start(request, out)
+    exited = os.pidfd_open(pid)
+    waiting = select.poll()
+    waiting.register(exited, select.POLLIN)
+    ended = waiting.poll(max(0.0, request["timeout_s"]) * 1000)
+    os.close(exited)
+    try:  # noqa: SIM105 - as above
+        os.killpg(pid, signal.SIGKILL)  # what it left in its group
+    except OSError:
+        pass
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     _clear(me)
-    return {"exit_code": None if timed_out else _status(code), "timed_out": timed_out}
+    if not ended:
+        return b"timeout"
+    return b"%d" % (128 - status if status < 0 else status)  # as a shell reports a signal
 
 
 def main() -> None:
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock = _socket.socket(fileno=int(sys.argv[1]))
+    os.set_inheritable(sock.fileno(), False)
     me = os.getpid()
     while True:
-        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 1)
+        message, fds = _receive(sock)
         if not message:  # the host closed its end: the session is over
             return
-        sock.send(json.dumps(_run(json.loads(message), fds[0], me)).encode())
+        sock.send(_run(marshal.loads(message), fds[0], me))
 
 
 if __name__ == "__main__":  # as `python -c <this source> <fd>`

@@ -56,7 +56,7 @@ class SandboxPolicy:
     mask: tuple[str, ...] = ()  # files unreadable inside (e.g. a task's unbroken source)
     # one sandbox for the session's life, each command a fork and exec in it
     # (envs/session_sandbox.py); false: a new sandbox per command
-    persistent: bool = False
+    persistent: bool = True
 
     def __post_init__(self) -> None:
         if self.cgroup not in CGROUP_CHOICES:

@@ -38,7 +38,7 @@ def score_changes(task: Task, changes: Changes, scratch: Path | None, timeout_s:
 
     try:  # one command: a sandbox of its own, never a session's exec server
         ws = Workspace(populate, root=scratch, prefix=f"score-{task.task_id}-",
-                       policy=replace(policy, persistent=False))
+                       policy=replace(policy, persistent=False), history=False)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:  # the agent's files had taken the room
             return Score(0.0, 0, 0, "[changes not scored: with the hidden tests they are over "

@@ -13,7 +13,7 @@ cannot outlive it. An agent's command that kills the server (`kill -9 -1`) ends 
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import socket
 import subprocess
 import sys
@@ -45,7 +45,7 @@ class SessionSandbox:
                                          "TMPDIR": str(self.workdir)},
                    "cwd": str(self.workdir), "timeout_s": timeout_s}
         try:
-            socket.send_fds(sock, [json.dumps(request).encode()], [out])
+            socket.send_fds(sock, [marshal.dumps(request)], [out])
             sock.settimeout(timeout_s + REPLY_GRACE_S)
             reply = sock.recv(4096)
         except TimeoutError:
@@ -57,8 +57,9 @@ class SessionSandbox:
             self._failed_start()
             self.close()
             return KILLED, False
-        answer = json.loads(reply)
-        return answer["exit_code"], answer["timed_out"]
+        if reply == b"timeout":
+            return None, True
+        return int(reply), False
 
     def _start(self, env: dict[str, str]) -> socket.socket:
         host, inner = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -90,7 +90,7 @@ class RepoHistory:
     def __init__(self, git_dir: Path, work_tree: Path,
                  enter: Callable[[], None] = lambda: None) -> None:
         self.git_dir, self.work_tree, self.enter = git_dir, work_tree, enter
-        self._git("init", "-q")
+        self._git("init", "-q", "--template=")  # no sample hooks: files to write and remove
         self.start = self._tree()
 
     def _git(self, *args: str, bound: bool = False, out=None,
@@ -115,34 +115,36 @@ class RepoHistory:
                                f"{proc.stderr.decode(errors='replace')[:500]}")
         return proc.stdout
 
-    def _tree(self, bound: bool = False) -> str:
-        self._git(*_GIT_ADD, bound=bound)
-        return self._git("write-tree", bound=bound).decode().strip()
+    def _tree(self) -> str:
+        self._git(*_GIT_ADD)
+        return self._git("write-tree").decode().strip()
 
     def diff(self, max_bytes: int) -> Changes:
         """The diff as text; if some changed text is not UTF-8 (a record holds text), every
         file's change is written as a binary patch instead (ASCII, still exact). A diff over
         `max_bytes` is refused, with the reason."""
-        end = self._tree(bound=True)
+        self._git(*_GIT_ADD, bound=True)
         try:
-            raw = self._bounded_diff(end, max_bytes)
+            raw = self._bounded_diff(max_bytes)
             try:
                 return Changes(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 attributes = self.git_dir / "info" / "attributes"
+                attributes.parent.mkdir(exist_ok=True)
                 attributes.write_text("* binary\n")
                 try:
-                    return Changes(self._bounded_diff(end, max_bytes).decode("ascii"))
+                    return Changes(self._bounded_diff(max_bytes).decode("ascii"))
                 finally:
                     attributes.unlink()
         except _TooLarge:
             return Changes("", refused=f"the changes' diff is over the {max_bytes // MB} MB "
                                        f"limit (sandbox changes_mb)")
 
-    def _bounded_diff(self, end: str, max_bytes: int) -> bytes:
+    def _bounded_diff(self, max_bytes: int) -> bytes:
+        """The index (everything added) against the starting tree."""
         with tempfile.TemporaryFile(dir=self.git_dir) as out:
-            self._git("diff", "--binary", "--full-index", "--no-renames", "--no-color",
-                      "--no-ext-diff", self.start, end, bound=True, out=out,
+            self._git("diff", "--cached", "--binary", "--full-index", "--no-renames",
+                      "--no-color", "--no-ext-diff", self.start, bound=True, out=out,
                       max_bytes=max_bytes)
             if out.seek(0, os.SEEK_END) > max_bytes:
                 raise _TooLarge()
@@ -158,7 +160,9 @@ class Workspace:
     """
 
     def __init__(self, populate: Callable[[Path], None], root: Path | None = None,
-                 prefix: str = "ws-", policy: SandboxPolicy | None = None) -> None:
+                 prefix: str = "ws-", policy: SandboxPolicy | None = None,
+                 history: bool = True) -> None:
+        """`history`: keep the starting tree, for `changes()` (a scoring run needs none)."""
         policy = policy or SandboxPolicy()
         root = root or Path(tempfile.gettempdir())
         root.mkdir(parents=True, exist_ok=True)
@@ -171,7 +175,8 @@ class Workspace:
         self._session: SessionSandbox | None = None
         try:
             populate(self.path)
-            self.history = RepoHistory(self.home / "git", self.path, self.lease.enter)
+            self.history = (RepoHistory(self.home / "git", self.path, self.lease.enter)
+                            if history else None)
             give_to_sandbox(self.path, self.lease.uid)
             if policy.persistent and policy.isolate:
                 self._session = SessionSandbox(self.path, self.home, policy, self.lease.uid,
@@ -183,6 +188,8 @@ class Workspace:
     def changes(self) -> Changes:
         """Everything changed, added or removed since the workspace was populated; refused
         (a scored failure) when its diff is over the policy's changes_mb."""
+        if self.history is None:
+            raise ChangesError("this workspace keeps no history (history=False)")
         return self.history.diff(self.policy.changes_mb * MB)
 
     def resolve(self, rel: str) -> Path:

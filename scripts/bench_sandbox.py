@@ -1,8 +1,9 @@
 """Sandbox costs, each table's variants measured side by side (interleaved) in one run:
 
 1. start + teardown: open a session (folder, uid, disk quota, cgroup, the task's files, their
-   git history), run `true` isolated, close it; the full sandbox, the sandbox without a cgroup
-   (a uid per session only), an unisolated subprocess.
+   git history), run `true` isolated, close it; the full sandbox (per command, and persistent:
+   its exec server's start), the sandbox without a cgroup (a uid per session only), an
+   unisolated subprocess.
 2. a tool call in a running session (`bash -c true`, `bash -c "ls | wc -l"`, a Python process):
    a sandbox per command vs one per session (env.sandbox.persistent): wall time per call, and
    CPU per call end to end (the host's busy CPU over a block of calls, less its idle rate
@@ -120,8 +121,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_sandbox.json"))
     args = parser.parse_args()
     layout = detect()
-    variants = {"sandbox, cgroup": SandboxPolicy(),
-                "sandbox, no cgroup": SandboxPolicy(cgroup="none"),
+    variants = {"sandbox, cgroup": SandboxPolicy(persistent=False),
+                "persistent, cgroup": SandboxPolicy(persistent=True),
+                "sandbox, no cgroup": SandboxPolicy(cgroup="none", persistent=False),
                 "plain subprocess": SandboxPolicy(isolate=False)}
     cycles: dict[str, list] = {name: [] for name in variants}
     load_before = os.getloadavg()[0]

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import envs.session_sandbox
 import envs.workspace
 from envs import EnvConfig, load
 from rollfleet.paths import ROOT
@@ -215,7 +216,8 @@ def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
     def broken(argv, workdir, policy):
         return ["bwrap", "--no-such-option", "--", *argv]
 
-    monkeypatch.setattr(envs.workspace, "wrap", broken)
+    monkeypatch.setattr(envs.workspace, "wrap", broken)  # a sandbox per command
+    monkeypatch.setattr(envs.session_sandbox, "wrap", broken)  # one per session (the default)
     rec, _ = run([call("bash", {"command": "ls"})])
     assert rec["status"] == "infra_error" and rec["reward"] is None
     assert "sandbox failed: bwrap:" in rec["error"]
