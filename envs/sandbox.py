@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,22 +143,30 @@ def _mount_point(path: str, root: str) -> list[str]:
     return args
 
 
-def limit_child(policy: SandboxPolicy, enter: Callable[[], None] = lambda: None):
-    """A preexec_fn setting the rlimits and joining the session's cgroup (`enter`) in the
-    child, before bwrap; both are inherited past setpriv."""
-    def apply() -> None:
-        os.setsid()
-        enter()
-        mb = 1024 * 1024
-        for res, value in ((resource.RLIMIT_CPU, policy.cpu_s),
-                           (resource.RLIMIT_AS, policy.memory_mb * mb),
-                           (resource.RLIMIT_FSIZE, policy.file_size_mb * mb),
-                           (resource.RLIMIT_NOFILE, policy.open_files),
-                           (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(res, (value, value))
-        if policy.isolate:  # root is exempt; it binds once setpriv switches to the session uid
-            resource.setrlimit(resource.RLIMIT_NPROC, (policy.nprocs, policy.nprocs))
-    return apply
+LAUNCH_FAILED = "rollfleet-sandbox: "  # how the launcher says it could not set a sandbox up
+
+
+def limits(policy: SandboxPolicy) -> dict[str, int]:
+    """The policy's rlimits, as prlimit's options name them (both soft and hard)."""
+    mb = 1024 * 1024
+    out = {"cpu": policy.cpu_s, "as": policy.memory_mb * mb, "fsize": policy.file_size_mb * mb,
+           "nofile": policy.open_files, "core": 0}
+    if policy.isolate:  # root is exempt; it binds once setpriv switches to the session uid
+        out["nproc"] = policy.nprocs
+    return out
+
+
+def launch(argv: list[str], groups: list[Path], rlimits: dict[str, int]) -> list[str]:
+    """`argv` started inside the cgroups `groups` under `rlimits`, set by a shell and prlimit
+    in between rather than by a preexec_fn: with a preexec_fn, Python forks the whole calling
+    process (an actor of some 600 MB: 28 ms of CPU per start, measured here), without one it
+    uses vfork (0.7 ms). Start it with `start_new_session=True`; each step execs the next, so
+    the pid is argv's."""
+    join = "".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))} && " for g in groups)
+    failed = shlex.quote(f"{LAUNCH_FAILED}could not join the session's cgroup")
+    return ["sh", "-c", f'{{ {join}:; }} 2>/dev/null || {{ echo {failed} >&2; exit 1; }}; '
+            'exec "$@"', "sh", "prlimit", *(f"--{k}={v}" for k, v in rlimits.items()), "--",
+            *argv]
 
 
 def give_to_sandbox(path: Path, uid: int | None) -> None:

@@ -17,10 +17,18 @@ import marshal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from envs.sandbox import SandboxFailure, SandboxPolicy, as_user, limit_child, stop, wrap
+from envs.sandbox import (
+    LAUNCH_FAILED,
+    SandboxFailure,
+    SandboxPolicy,
+    as_user,
+    launch,
+    limits,
+    stop,
+    wrap,
+)
 
 SERVER_SOURCE = (Path(__file__).with_name("exec_server.py")).read_text()
 REPLY_GRACE_S = 10.0  # past a command's timeout, the server's answer is overdue: it is stuck
@@ -31,9 +39,10 @@ class SessionSandbox:
     """A session's bwrap and the exec server inside it; started on the first command."""
 
     def __init__(self, workdir: Path, home: Path, policy: SandboxPolicy, uid: int | None,
-                 enter: Callable[[], None]) -> None:
-        self.workdir, self.home, self.policy, self.uid, self.enter = (workdir, home, policy,
-                                                                       uid, enter)
+                 groups: list[Path]) -> None:
+        """`groups`: the session's cgroup folders (none: no cgroup)."""
+        self.workdir, self.home, self.policy, self.uid, self.groups = (workdir, home, policy,
+                                                                        uid, groups)
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
 
@@ -66,9 +75,10 @@ class SessionSandbox:
         argv = [sys.executable, "-I", "-S", "-c", SERVER_SOURCE, str(inner.fileno())]
         with open(self.home / "exec-server.log", "ab") as log:
             self._proc = subprocess.Popen(
-                wrap(as_user(argv, self.uid), self.workdir, self.policy), cwd=self.workdir,
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(inner.fileno(),), preexec_fn=limit_child(self.policy, self.enter))
+                launch(wrap(as_user(argv, self.uid), self.workdir, self.policy), self.groups,
+                       limits(self.policy)),
+                cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=(inner.fileno(),), start_new_session=True)
         inner.close()
         self._sock = host
         return host
@@ -81,7 +91,7 @@ class SessionSandbox:
             self._proc.wait(timeout=1.0)
         log = self.home / "exec-server.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        if text.startswith("bwrap: "):
+        if text.startswith(("bwrap: ", LAUNCH_FAILED)):
             self.close()
             raise SandboxFailure(text.strip().splitlines()[0])
 

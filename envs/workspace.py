@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -15,11 +14,13 @@ from pathlib import Path
 
 from envs.lease import SessionLease
 from envs.sandbox import (
+    LAUNCH_FAILED,
     SandboxFailure,
     SandboxPolicy,
     as_user,
     give_to_sandbox,
-    limit_child,
+    launch,
+    limits,
     stop,
     wrap,
 )
@@ -81,33 +82,29 @@ class RepoHistory:
     """The starting tree of a workspace in a git repository kept OUTSIDE it (the agent cannot
     see or rewrite it); `diff()` records everything changed since.
 
-    On the agent's files (`diff`), git runs as root inside the session's cgroup (`enter`): what
-    it reads is bounded by the session's disk quota, what it holds by the session's memory, and
-    the diff it writes by `diff`'s limit. The starting tree is the task's own: git runs unbound
-    (a preexec hook costs a slower fork, 2 ms a call).
+    On the agent's files (`diff`), git runs as root inside the session's cgroup (`groups`):
+    what it reads is bounded by the session's disk quota, what it holds by the session's
+    memory, and the diff it writes by `diff`'s limit. The starting tree is the task's own: git
+    runs unbound (no launcher in between).
     """
 
-    def __init__(self, git_dir: Path, work_tree: Path,
-                 enter: Callable[[], None] = lambda: None) -> None:
-        self.git_dir, self.work_tree, self.enter = git_dir, work_tree, enter
+    def __init__(self, git_dir: Path, work_tree: Path, groups: list[Path] = ()) -> None:
+        self.git_dir, self.work_tree, self.groups = git_dir, work_tree, list(groups)
         self._git("init", "-q", "--template=")  # no sample hooks: files to write and remove
         self.start = self._tree()
 
     def _git(self, *args: str, bound: bool = False, out=None,
              max_bytes: int | None = None) -> bytes:
         """git's stdout (or None where it went to the file `out`, cut at `max_bytes`)."""
-        def limit() -> None:
-            self.enter()
-            if max_bytes is not None:  # one byte past the limit: a diff over it is refused
-                resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes + 1, max_bytes + 1))
-
         # safe.directory: the work tree belongs to the sandbox user, git runs as the host's
-        proc = subprocess.run(["git", "-c", "safe.directory=*", "-c", "core.quotepath=true",
-                               "-c", "core.autocrlf=false", f"--git-dir={self.git_dir}",
-                               f"--work-tree={self.work_tree}", *args],
-                              env=_GIT_ENV, stdout=out or subprocess.PIPE,
-                              stderr=subprocess.PIPE, preexec_fn=limit if bound else None,
-                              check=False)
+        argv = ["git", "-c", "safe.directory=*", "-c", "core.quotepath=true", "-c",
+                "core.autocrlf=false", f"--git-dir={self.git_dir}",
+                f"--work-tree={self.work_tree}", *args]
+        if bound:  # one byte past the limit: a diff over it is refused
+            argv = launch(argv, self.groups,
+                          {} if max_bytes is None else {"fsize": max_bytes + 1})
+        proc = subprocess.run(argv, env=_GIT_ENV, stdout=out or subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=bound, check=False)
         if proc.returncode == -signal.SIGXFSZ:
             raise _TooLarge()
         if proc.returncode != 0:
@@ -175,12 +172,12 @@ class Workspace:
         self._session: SessionSandbox | None = None
         try:
             populate(self.path)
-            self.history = (RepoHistory(self.home / "git", self.path, self.lease.enter)
+            self.history = (RepoHistory(self.home / "git", self.path, self.lease.groups)
                             if history else None)
             give_to_sandbox(self.path, self.lease.uid)
             if policy.persistent and policy.isolate:
                 self._session = SessionSandbox(self.path, self.home, policy, self.lease.uid,
-                                               self.lease.enter)
+                                               self.lease.groups)
         except BaseException:
             self.close()
             raise
@@ -224,18 +221,18 @@ class Workspace:
             else:
                 code, timed_out = self._run_alone(argv, env, timeout_s, out)
             text = _head_and_tail(out, max_output)
-        if self._session is None and self.policy.isolate and code == 1 \
-                and text.startswith("bwrap: "):
+        if self._session is None and code == 1 and text.startswith(("bwrap: ", LAUNCH_FAILED)):
             raise SandboxFailure(text.strip().splitlines()[0])
         return CommandResult(code, text, timed_out)
 
     def _run_alone(self, argv: list[str], env: dict[str, str], timeout_s: float,
                    out) -> tuple[int | None, bool]:
         """A sandbox of its own for one command."""
-        proc = subprocess.Popen(wrap(as_user(argv, self.lease.uid), self.path, self.policy),
+        proc = subprocess.Popen(launch(wrap(as_user(argv, self.lease.uid), self.path,
+                                            self.policy), self.lease.groups,
+                                       limits(self.policy)),
                                 cwd=self.path, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=limit_child(self.policy, self.lease.enter))
+                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
             timed_out = False
