@@ -5,7 +5,7 @@ descriptor its output goes to; this server starts it in a session and process gr
 waits for it up to its timeout, then kills whatever of it is left (its group and every process
 it started elsewhere in the sandbox's PID namespace) and answers with its exit status, or
 `timeout`. It is handed to the sandbox's interpreter as source text (the checkout is hidden
-there) and imports only C modules: `socket`, `json`, `array` and `signal` (their imports of
+there) and imports only C modules: the socket, json and signal modules (their imports of
 enum and collections) would more than double its start.
 """
 

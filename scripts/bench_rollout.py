@@ -157,8 +157,10 @@ class Monitor(threading.Thread):
             if pid not in roles:
                 ppid, cmd, _ = info[pid]
                 r = role(cmd, pid, self.root)
-                if r == "other" and ppid in info and role_of(ppid) in ("actor", "sandbox"):
-                    r = "sandbox"  # its CPU reaches the actor's children counters when it exits
+                # what an actor starts is a sandbox, whatever its command line names (a
+                # session's exec server carries its source text there)
+                if r != "actor" and ppid in info and role_of(ppid) in ("actor", "sandbox"):
+                    r = "sandbox"
                 roles[pid] = r
             return roles[pid]
 

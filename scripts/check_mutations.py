@@ -92,6 +92,16 @@ MUTATIONS = [
      "class Terminated(KeyboardInterrupt):", "class Terminated(BaseException):",
      ["tests/rollfleet/test_cli.py::"
       "test_terminated_raised_inside_a_transport_callback_stops_the_loop"]),
+    ("the session's exec server leaves what a command started running", "envs/exec_server.py",
+     "    _clear(me)\n", "",
+     ["tests/envs/test_sandbox.py::test_what_a_command_leaves_running_ends_with_it[persistent]"]),
+    ("a persistent sandbox starts anew for every command", "envs/workspace.py",
+     "            if policy.persistent and policy.isolate:", "            if False:",
+     ["tests/envs/test_sandbox.py::test_a_persistent_sandbox_starts_once_per_session"]),
+    ("the hidden tests run in the session's exec server", "envs/scoring.py",
+     "policy=replace(policy, persistent=False), history=False)",
+     "policy=policy, history=False)",
+     ["tests/envs/test_tasks.py::test_hidden_tests_run_in_a_sandbox_of_their_own"]),
     ("a weight update leaves the experts unpacked (e2e)", "serving/engine/plugin.py",
      "        if updating:\n"
      "            self.moe_kernel.fused_experts.process_weights_after_loading(layer)\n", "",

@@ -4,6 +4,8 @@ import shutil
 import pytest
 
 import envs.scoring
+import envs.session_sandbox
+import envs.workspace
 from envs import EnvConfig, EnvError, load
 from envs.workspace import Changes
 
@@ -44,6 +46,29 @@ def test_scoring_uses_a_fresh_copy():
     with ENV.episode("stack_pop") as ep:
         ep.score()
         assert not (ep.workspace.path / "_hidden_tests").exists()
+
+
+def test_hidden_tests_run_in_a_sandbox_of_their_own(monkeypatch):
+    """Sessions' sandboxes are persistent by default; the hidden tests still get a new one
+    (a sandbox per command), never a session's exec server."""
+    ran = []
+    session_run = envs.session_sandbox.SessionSandbox.run
+    alone = envs.workspace.Workspace._run_alone
+
+    def in_session(self, *args):
+        ran.append("session")
+        return session_run(self, *args)
+
+    def on_its_own(self, *args):
+        ran.append("alone")
+        return alone(self, *args)
+
+    monkeypatch.setattr(envs.session_sandbox.SessionSandbox, "run", in_session)
+    monkeypatch.setattr(envs.workspace.Workspace, "_run_alone", on_its_own)
+    assert ENV.policy.persistent
+    with ENV.episode("stack_pop") as ep:
+        score = ep.score()
+    assert ran == ["alone"] and score.tests_total > 0 and score.infra_error is None
 
 
 def test_bad_task_row_is_skipped_or_refused(tmp_path):
