@@ -146,6 +146,14 @@ def _mount_point(path: str, root: str) -> list[str]:
 LAUNCH_FAILED = "rollfleet-sandbox: "  # how the launcher says it could not set a sandbox up
 
 
+def setup_failure(output: str) -> SandboxFailure | None:
+    """bwrap's or the launcher's own complaint opening a sandbox's output, as a failure of the
+    harness (not of the agent's command); None if the output opens otherwise."""
+    if output.startswith(("bwrap: ", LAUNCH_FAILED)):
+        return SandboxFailure(output.strip().splitlines()[0])
+    return None
+
+
 def limits(policy: SandboxPolicy) -> dict[str, int]:
     """The policy's rlimits, as prlimit's options name them (both soft and hard)."""
     mb = 1024 * 1024

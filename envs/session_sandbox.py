@@ -20,12 +20,11 @@ import sys
 from pathlib import Path
 
 from envs.sandbox import (
-    LAUNCH_FAILED,
-    SandboxFailure,
     SandboxPolicy,
     as_user,
     launch,
     limits,
+    setup_failure,
     stop,
     wrap,
 )
@@ -90,10 +89,10 @@ class SessionSandbox:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=1.0)
         log = self.home / "exec-server.log"
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if text.startswith(("bwrap: ", LAUNCH_FAILED)):
+        failure = setup_failure(log.read_text(errors="replace") if log.exists() else "")
+        if failure is not None:
             self.close()
-            raise SandboxFailure(text.strip().splitlines()[0])
+            raise failure
 
     def close(self) -> None:
         """Stop the sandbox: its init dies, and with it every process in its namespace."""

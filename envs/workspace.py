@@ -14,13 +14,12 @@ from pathlib import Path
 
 from envs.lease import SessionLease
 from envs.sandbox import (
-    LAUNCH_FAILED,
-    SandboxFailure,
     SandboxPolicy,
     as_user,
     give_to_sandbox,
     launch,
     limits,
+    setup_failure,
     stop,
     wrap,
 )
@@ -221,8 +220,9 @@ class Workspace:
             else:
                 code, timed_out = self._run_alone(argv, env, timeout_s, out)
             text = _head_and_tail(out, max_output)
-        if self._session is None and code == 1 and text.startswith(("bwrap: ", LAUNCH_FAILED)):
-            raise SandboxFailure(text.strip().splitlines()[0])
+        failure = setup_failure(text) if self.policy.isolate and code == 1 else None
+        if self._session is None and failure is not None:
+            raise failure
         return CommandResult(code, text, timed_out)
 
     def _run_alone(self, argv: list[str], env: dict[str, str], timeout_s: float,
