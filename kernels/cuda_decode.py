@@ -43,10 +43,19 @@ VARIANTS = {
     8: "H <= 16: no fp16 tile: rows gathered by bulk copies into a ring four tiles ahead, the "
     "consumer group decodes wgmma's A fragments from them into registers; more heads: 5",
     9: "8 with two consumer groups on alternate tiles, merged at the end",
+    10: "8 with fewer instructions per decoded value: converts read either half of a register (no "
+    "shift), fragment slots take the pairs the converts produce (no byte interleave; Q permuted to "
+    "match), P V's two rows interleaved as packed bytes before the decode",
+    13: "10, and with two splits the query's two CTAs form a cluster: split 1 hands its O^T, "
+    "maxima and sums to split 0 through distributed shared memory, split 0 writes the output (no "
+    "fp32 partials, no combine kernel)",
 }
 DEFAULT_VARIANT = 8
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1}  # few-heads kernels: CTAs per SM
+# few-heads kernels: CTAs per SM
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 13: 1}
+# few-heads kernels that merge two splits themselves (a cluster of two CTAs)
+PAIR_VARIANTS = {13}
 
 
 def default_variant() -> int:
@@ -116,12 +125,14 @@ def sparse_mla_decode_cuda(
         out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     if lse is None:
         lse = torch.empty(bsz, num_heads, dtype=torch.float32, device=q.device)
-    shape = (0,) if nsplit == 1 else (bsz, nsplit, num_heads)
+    # two splits of a pair variant merge in the kernel and write out / lse themselves
+    merged = nsplit == 1 or (nsplit == 2 and variant in PAIR_VARIANTS and num_heads <= FEW_HEADS)
+    shape = (0,) if merged else (bsz, nsplit, num_heads)
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * math.log2(math.e)
     _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant)
-    if nsplit > 1:
+    if not merged:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),
             BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip

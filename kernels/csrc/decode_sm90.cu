@@ -21,6 +21,14 @@
 //     one consumer group (6) or two on alternate tiles (7); one CTA per SM. More heads: 5.
 //   8, 9 with H <= 16: decode_few3_kernel: no fp16 tile; the consumers decode wgmma's A fragments
 //     from the raw (bulk-copied) rows into registers; one consumer group (8) or two (9).
+//   10 with H <= 16: 8 with fewer instructions per decoded value (issue 29, round 8): the E4M3
+//     converts read either half of a register (v8 shifted the high half down first), S's fragment
+//     slots take whatever dim pairs the converts produce (no byte interleave; Q is permuted to
+//     match), and P V's two rows per register are interleaved as packed bytes before the decode
+//     (v8 interleaved the fp16 results). 1,599 instead of 2,007 SASS instructions per tile.
+//   13 with H <= 16: 10, and with two splits the query's two CTAs run as a cluster: split 1 stores
+//     its unnormalized O^T, maxima and sums into split 0's shared memory (DSMEM) and arrives on
+//     its mbarrier; split 0 merges them and writes the output (no fp32 partials, no combine).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -1294,6 +1302,30 @@ __global__ void __launch_bounds__(256, 2) decode_few_kernel(const __grid_constan
 #endif
 }
 
+// Cluster (DSMEM) helpers of variant 13.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {  // own smem -> rank's
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+  return d;
+}
+__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {  // release, cluster
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, int parity) {  // acquire, cluster
+  asm volatile(
+      "{\n.reg .pred ok;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 ok, [%0], %1;\n"
+      "@!ok bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" :::
+                   "memory");
+}
+
 // ---- Few heads, variants 8, 9 (issue 29): the consumers decode straight from the raw rows ----
 // No fp16 tile: the rows arrive by bulk copies in a ring of kHRaw raw tiles (a loader warp group,
 // one thread a row, up to kHRaw tiles ahead), and the consumer group decodes each wgmma's A
@@ -1321,6 +1353,14 @@ static_assert(kHOffQ % 1024 == 0 && kHOffPT % 1024 == 0 && kHOffRaw % 16 == 0 &&
               kHOffBar % 8 == 0 && kHSmem <= 227 * 1024, "few-heads v8 layout");
 static_assert(kHRaw * kRawBytes >= 16 * kOStride * 4, "the epilogue stages O^T in the raw ring");
 constexpr int kHLoaderRegs = 56, kHConsumerRegs = 224;  // v9: 128 x 56 + 256 x 224 = 64512
+// Variant 13 (two splits as a cluster of two CTAs): split 1 stores its unnormalized O^T, maxima
+// and sums straight into split 0's shared memory (DSMEM) and arrives on split 0's mbarrier; split 0
+// merges and writes the final output: no fp32 partials, no combine kernel.
+constexpr int kHOffRecv = kHOffBar + 2 * kHRaw * 8;                // fp32 [16][kOStride] + m, l
+constexpr int kHOffRecvBar = kHOffRecv + (16 * kOStride + 32) * 4;
+constexpr int kHSmemPair = kHOffRecvBar + 8 + 1024;
+static_assert(kHOffRecv % 16 == 0 && kHOffRecvBar % 8 == 0 && kHSmemPair <= 227 * 1024,
+              "few-heads v13 layout");
 
 // S^T (+)= A B^T with A [64, 16] in registers (the fragment of wgmma_pv_rs), B K-major in shared
 // memory.
@@ -1339,21 +1379,53 @@ __device__ __forceinline__ uint32_t scale2_of(uint32_t byte) {
   return __byte_perm(hmul2(e4m3x2_to_f16x2(byte & 0xFFu), 0x54005400u), 0, 0x1010);
 }
 
+// Variant 10: two E4M3 bytes of a register's low / high half -> two fp16 (F2FP reads the high half
+// directly; `x >> 16` first cost a shift per call in v8's SASS).
+__device__ __forceinline__ uint32_t cvt_e4m3_lo(uint32_t x) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(d) : "r"(x));
+  return d;
+}
+__device__ __forceinline__ uint32_t cvt_e4m3_hi(uint32_t x) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(d) : "r"(x));
+  return d;
+}
+// 4 packed bytes (dims 2i / 2i+1 in the low / high nibble of byte i) -> the E4M3 bytes of their
+// values times 2**-6 (decode8's mapping), left in place: `lo` byte i = dim 2i, `hi` byte i = dim 2i+1.
+// No byte interleave: variant 10 gives the fragment slots whatever pairs the converts produce.
+__device__ __forceinline__ void e2m1_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  lo = ((x << 2) & 0x1C1C1C1Cu) | ((x << 4) & 0x80808080u);
+  hi = ((x >> 2) & 0x1C1C1C1Cu) | (x & 0x80808080u);
+}
+
 // Natural Q (load_q_few's layout at kHOffQN) -> the permuted layout at kHOffQ: chunk (head h,
-// k-step kk, half hi) holds dims base(kk, t) + 2 hi + {0, 1} for t = 0..3.
+// k-step kk, half hi) holds, for t = 0..3 and e = 0, 1, the dim of slot 2t + e + 8 hi:
+// base(kk, t) + 2 hi + e (v8), or for variant 10's latent k-steps (kk < 32) base(kk, t) + 2 e + hi.
+template <int kDec = 0>
 __device__ void permute_q(uint8_t* smem, int ct) {
   const uint32_t qn = smem_u32(smem + kHOffQN), qp = smem_u32(smem + kHOffQ);
+  auto qaddr = [&](int h, int d) {
+    return qn + (d >> 6) * kFewQBlock + swz(h, (d & 63) >> 3) + (d & 7) * 2;
+  };
 #pragma unroll
   for (int i = 0; i < 9; ++i) {  // 16 heads x 36 k-steps x 2 halves, 128 threads
     const int id = ct + 128 * i, h = id & 15, kk = (id >> 4) % 36, hi = id / (16 * 36);
     uint32_t v[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const int d = (kk < 32 ? 128 * t + 4 * kk : 512 + 16 * t + 4 * (kk - 32)) + 2 * hi;
       uint32_t x;
-      asm volatile("ld.shared.u32 %0, [%1];\n"
-                   : "=r"(x)
-                   : "r"(qn + (d >> 6) * kFewQBlock + swz(h, (d & 63) >> 3) + (d & 7) * 2));
+      if (kDec) {  // slot e = 0, 1 at dims d, d + step (two 16-bit loads, no branch)
+        const bool lat = kk < 32;
+        const int d = lat ? 128 * t + 4 * kk + hi : 512 + 16 * t + 4 * (kk - 32) + 2 * hi;
+        uint16_t a, c;
+        asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(a) : "r"(qaddr(h, d)));
+        asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(c) : "r"(qaddr(h, d + (lat ? 2 : 1))));
+        x = static_cast<uint32_t>(a) | (static_cast<uint32_t>(c) << 16);
+      } else {
+        const int d = (kk < 32 ? 128 * t + 4 * kk : 512 + 16 * t + 4 * (kk - 32)) + 2 * hi;
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(x) : "r"(qaddr(h, d)));
+      }
       v[t] = x;
     }
     st_smem(qp + (kk >> 2) * kFewQBlock + swz(h, 2 * (kk & 3) + hi),
@@ -1393,7 +1465,7 @@ __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, 
 
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
-template <int kNC>
+template <int kNC, int kDec = 0, bool kPair = false>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
   // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
@@ -1411,7 +1483,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   float qk = 0.f;
   if (cg == 0) {
     qk = load_q_few<kHOffRed>(p, smem, b, ct);
-    permute_q(smem, ct);
+    permute_q<kDec>(smem, ct);
     fence_async_smem();
     if (ct == 0) *qks = qk;
   }
@@ -1445,15 +1517,38 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     for (int i = 0; i < 4; ++i) {
       const uint4 x0 = ld_smem(row0 + 64 * c4 + 16 * i), x1 = ld_smem(row1 + 64 * c4 + 16 * i);
       uint32_t fa[8][4];
+      if constexpr (kDec == 1) {
+        // the scales of blocks 2i, 2i + 1 of each row in one convert (x 2**6), then one per half
+        const uint32_t sw0 = i < 2 ? sc0.x : sc0.y, sw1 = i < 2 ? sc1.x : sc1.y;
+        const uint32_t q0 = hmul2(i & 1 ? cvt_e4m3_hi(sw0) : cvt_e4m3_lo(sw0), 0x54005400u);
+        const uint32_t q1 = hmul2(i & 1 ? cvt_e4m3_hi(sw1) : cvt_e4m3_lo(sw1), 0x54005400u);
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const int blk = 2 * i + (w >> 1);  // scale byte of dims 128 c4 + 16 blk ..
-        const uint32_t s0 = scale2_of((blk < 4 ? sc0.x : sc0.y) >> (8 * (blk & 3)));
-        const uint32_t s1 = scale2_of((blk < 4 ? sc1.x : sc1.y) >> (8 * (blk & 3)));
-        const uint4 d0 = decode8(word(x0, w), s0), d1 = decode8(word(x1, w), s1);
-        fa[2 * w][0] = d0.x, fa[2 * w][1] = d1.x, fa[2 * w][2] = d0.y, fa[2 * w][3] = d1.y;
-        fa[2 * w + 1][0] = d0.z, fa[2 * w + 1][1] = d1.z, fa[2 * w + 1][2] = d0.w,
-                      fa[2 * w + 1][3] = d1.w;
+        for (int w = 0; w < 4; ++w) {
+          // word w: dims 128 c4 + 32 i + 8 w + {0..7}, block 2 i + (w >> 1); k-steps 8 i + 2 w + h
+          // take the converts of half h: slot 2 t + e -> dim + 4 h + 2 e, slot 2 t + 8 + e -> + 1
+          const uint32_t s0 = __byte_perm(q0, 0, w < 2 ? 0x1010 : 0x3232);
+          const uint32_t s1 = __byte_perm(q1, 0, w < 2 ? 0x1010 : 0x3232);
+          uint32_t l0, h0, l1, h1;
+          e2m1_e4m3(word(x0, w), l0, h0);
+          e2m1_e4m3(word(x1, w), l1, h1);
+          fa[2 * w][0] = hmul2(cvt_e4m3_lo(l0), s0), fa[2 * w][1] = hmul2(cvt_e4m3_lo(l1), s1);
+          fa[2 * w][2] = hmul2(cvt_e4m3_lo(h0), s0), fa[2 * w][3] = hmul2(cvt_e4m3_lo(h1), s1);
+          fa[2 * w + 1][0] = hmul2(cvt_e4m3_hi(l0), s0);
+          fa[2 * w + 1][1] = hmul2(cvt_e4m3_hi(l1), s1);
+          fa[2 * w + 1][2] = hmul2(cvt_e4m3_hi(h0), s0);
+          fa[2 * w + 1][3] = hmul2(cvt_e4m3_hi(h1), s1);
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int blk = 2 * i + (w >> 1);  // scale byte of dims 128 c4 + 16 blk ..
+          const uint32_t s0 = scale2_of((blk < 4 ? sc0.x : sc0.y) >> (8 * (blk & 3)));
+          const uint32_t s1 = scale2_of((blk < 4 ? sc1.x : sc1.y) >> (8 * (blk & 3)));
+          const uint4 d0 = decode8(word(x0, w), s0), d1 = decode8(word(x1, w), s1);
+          fa[2 * w][0] = d0.x, fa[2 * w][1] = d1.x, fa[2 * w][2] = d0.y, fa[2 * w][3] = d1.y;
+          fa[2 * w + 1][0] = d0.z, fa[2 * w + 1][1] = d1.z, fa[2 * w + 1][2] = d0.w,
+                        fa[2 * w + 1][3] = d1.w;
+        }
       }
       wgmma_fence();
 #pragma unroll
@@ -1469,8 +1564,13 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t w0 = word(x0, i), w1 = word(x1, i);
-        fa[i][0] = e4m3x2_to_f16x2(w0), fa[i][1] = e4m3x2_to_f16x2(w1);
-        fa[i][2] = e4m3x2_to_f16x2(w0 >> 16), fa[i][3] = e4m3x2_to_f16x2(w1 >> 16);
+        if constexpr (kDec == 1) {
+          fa[i][0] = cvt_e4m3_lo(w0), fa[i][1] = cvt_e4m3_lo(w1);
+          fa[i][2] = cvt_e4m3_hi(w0), fa[i][3] = cvt_e4m3_hi(w1);
+        } else {
+          fa[i][0] = e4m3x2_to_f16x2(w0), fa[i][1] = e4m3x2_to_f16x2(w1);
+          fa[i][2] = e4m3x2_to_f16x2(w0 >> 16), fa[i][3] = e4m3x2_to_f16x2(w1 >> 16);
+        }
       }
       wgmma_fence();
 #pragma unroll
@@ -1546,28 +1646,62 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     // per row give this thread's dim pair of all 8 m-blocks.
 #pragma unroll
     for (int kt = 0; kt < 4; ++kt) {
-      uint32_t v[4][8];
-#pragma unroll
-      for (int rj = 0; rj < 4; ++rj) {
-        const int row = 16 * kt + 2 * c4 + (rj & 1) + 8 * (rj >> 1);
-        const uint32_t ra = raw + row * kRowBytes;
-        const uint2 x = ld_smem2(ra + 8 * q8);
-        // padding rows hold older rows or nothing: a zero scale makes them zeros (P is 0 there,
-        // but 0 x NaN would not be)
-        const uint32_t sb = valid[row] ? smem[kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8]
-                                       : 0u;
-        const uint32_t s2 = scale2_of(sb);
-        const uint4 lo = decode8(x.x, s2), hi = decode8(x.y, s2);
-        v[rj][0] = lo.x, v[rj][1] = lo.y, v[rj][2] = lo.z, v[rj][3] = lo.w;
-        v[rj][4] = hi.x, v[rj][5] = hi.y, v[rj][6] = hi.z, v[rj][7] = hi.w;
-      }
       uint32_t fb[8][4];
+      if constexpr (kDec == 1) {
+        // rows 2 c4, 2 c4 + 1 (pr = 0) and + 8 (pr = 1): their E4M3 bytes interleaved before the
+        // convert (no fp16 interleave after it), scaled by (row a's scale, row b's scale)
 #pragma unroll
-      for (int mb = 0; mb < 8; ++mb) {
-        fb[mb][0] = __byte_perm(v[0][mb], v[1][mb], 0x5410);  // dim 2 mb, rows 2 c4, 2 c4 + 1
-        fb[mb][1] = __byte_perm(v[0][mb], v[1][mb], 0x7632);  // dim 2 mb + 1
-        fb[mb][2] = __byte_perm(v[2][mb], v[3][mb], 0x5410);  // rows + 8
-        fb[mb][3] = __byte_perm(v[2][mb], v[3][mb], 0x7632);
+        for (int pr = 0; pr < 2; ++pr) {
+          const int row = 16 * kt + 2 * c4 + 8 * pr;
+          const uint32_t ra = raw + row * kRowBytes;
+          const uint2 xa = ld_smem2(ra + 8 * q8), xb = ld_smem2(ra + kRowBytes + 8 * q8);
+          // padding rows hold older rows or nothing: a zero scale makes them zeros
+          const uint8_t* sc = smem + kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8;
+          const uint32_t sab = (valid[row] ? uint32_t{sc[0]} : 0u) |
+                               (valid[row + 1] ? uint32_t{sc[kRowBytes]} << 8 : 0u);
+          const uint32_t s2 = hmul2(cvt_e4m3_lo(sab), 0x54005400u);
+#pragma unroll
+          for (int wd = 0; wd < 2; ++wd) {  // dims 16 q8 + 8 wd + {0..7}: m-blocks 4 wd + {0..3}
+            // the packed bytes of rows a and b interleaved (a0 b0 a1 b1: dims 0..3; then 4..7), so
+            // that each convert's two values are one dim of rows a, b
+            const uint32_t wa = wd ? xa.y : xa.x, wb = wd ? xb.y : xb.x;
+            uint32_t l0, h0, l1, h1;
+            e2m1_e4m3(__byte_perm(wa, wb, 0x5140), l0, h0);
+            e2m1_e4m3(__byte_perm(wa, wb, 0x7362), l1, h1);
+            // dim 8 wd + 2 i + s -> m-block 4 wd + i, slot 2 pr + s (v8's mapping)
+            fb[4 * wd + 0][2 * pr] = hmul2(cvt_e4m3_lo(l0), s2);
+            fb[4 * wd + 1][2 * pr] = hmul2(cvt_e4m3_hi(l0), s2);
+            fb[4 * wd + 2][2 * pr] = hmul2(cvt_e4m3_lo(l1), s2);
+            fb[4 * wd + 3][2 * pr] = hmul2(cvt_e4m3_hi(l1), s2);
+            fb[4 * wd + 0][2 * pr + 1] = hmul2(cvt_e4m3_lo(h0), s2);
+            fb[4 * wd + 1][2 * pr + 1] = hmul2(cvt_e4m3_hi(h0), s2);
+            fb[4 * wd + 2][2 * pr + 1] = hmul2(cvt_e4m3_lo(h1), s2);
+            fb[4 * wd + 3][2 * pr + 1] = hmul2(cvt_e4m3_hi(h1), s2);
+          }
+        }
+      } else {
+        uint32_t v[4][8];
+#pragma unroll
+        for (int rj = 0; rj < 4; ++rj) {
+          const int row = 16 * kt + 2 * c4 + (rj & 1) + 8 * (rj >> 1);
+          const uint32_t ra = raw + row * kRowBytes;
+          const uint2 x = ld_smem2(ra + 8 * q8);
+          // padding rows hold older rows or nothing: a zero scale makes them zeros (P is 0 there,
+          // but 0 x NaN would not be)
+          const uint32_t sb =
+              valid[row] ? smem[kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8] : 0u;
+          const uint32_t s2 = scale2_of(sb);
+          const uint4 lo = decode8(x.x, s2), hi = decode8(x.y, s2);
+          v[rj][0] = lo.x, v[rj][1] = lo.y, v[rj][2] = lo.z, v[rj][3] = lo.w;
+          v[rj][4] = hi.x, v[rj][5] = hi.y, v[rj][6] = hi.z, v[rj][7] = hi.w;
+        }
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) {
+          fb[mb][0] = __byte_perm(v[0][mb], v[1][mb], 0x5410);  // dim 2 mb, rows 2 c4, 2 c4 + 1
+          fb[mb][1] = __byte_perm(v[0][mb], v[1][mb], 0x7632);  // dim 2 mb + 1
+          fb[mb][2] = __byte_perm(v[2][mb], v[3][mb], 0x5410);  // rows + 8
+          fb[mb][3] = __byte_perm(v[2][mb], v[3][mb], 0x7632);
+        }
       }
       wgmma_fence();
 #pragma unroll
@@ -1649,6 +1783,57 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
         }
       }
   }
+  bool final_out = p.nsplit == 1;
+  if constexpr (kPair) {
+    if (p.nsplit == 2) {  // a cluster of the query's two splits (launch_few3)
+      final_out = true;
+      const uint32_t recv = base + kHOffRecv, rbar = base + kHOffRecvBar;
+      float* rv = reinterpret_cast<float*>(smem + kHOffRecv);
+      if (split == 1) {  // unnormalized O^T, maxima and sums into split 0's shared memory
+        const uint32_t rr = cluster_map(recv, 0);
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int hh = 8 * j + 2 * c4 + e;
+              st_cluster(rr + 4 * (hh * kOStride + dim_of(mb, 0)), o[mb][4 * j + e]);
+              st_cluster(rr + 4 * (hh * kOStride + dim_of(mb, 1)), o[mb][4 * j + 2 + e]);
+            }
+        if (wq == 0 && g == 0) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int hh = 8 * j + 2 * c4 + e;
+              st_cluster(rr + 4 * (16 * kOStride + hh), m[2 * j + e]);
+              st_cluster(rr + 4 * (16 * kOStride + 16 + hh), lt[2 * j + e]);
+            }
+        }
+        mbar_arrive_cluster(cluster_map(rbar, 0));  // release: the stores above first
+        return;
+      }
+      mbar_wait_cluster(rbar, 0);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+          const float m1 = rv[16 * kOStride + hh], n = fmaxf(m[i], m1);
+          const float u = n == -kInf ? 0.f : n;  // no -inf - -inf
+          const float a0 = fast_exp2(m[i] - u), a1 = fast_exp2(m1 - u);
+          lt[i] = lt[i] * a0 + rv[16 * kOStride + 16 + hh] * a1;
+          m[i] = n;
+#pragma unroll
+          for (int mb = 0; mb < 8; ++mb) {
+            o[mb][4 * j + e] = o[mb][4 * j + e] * a0 + rv[hh * kOStride + dim_of(mb, 0)] * a1;
+            o[mb][4 * j + 2 + e] =
+                o[mb][4 * j + 2 + e] * a0 + rv[hh * kOStride + dim_of(mb, 1)] * a1;
+          }
+        }
+    }
+  }
   float inv[4];
   const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
 #pragma unroll
@@ -1659,7 +1844,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
       inv[i] = lt[i] > 0.f ? 1.f / lt[i] : 0.f;
       if (wq == 0 && g == 0 && hh < p.heads) {
         const float lse2 = lt[i] > 0.f ? m[i] + log2f(lt[i]) : -kInf;
-        if (p.nsplit == 1) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
+        if (final_out) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
         else p.lpart[part + hh] = lse2;
       }
     }
@@ -1680,7 +1865,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
     if (hh >= p.heads) continue;
     const float4 v = *reinterpret_cast<const float4*>(ost + hh * kOStride + 4 * c);
-    if (p.nsplit == 1) {
+    if (final_out) {
       uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 4 * c;
       *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v.x, v.y);
       *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(v.z, v.w);
@@ -1690,7 +1875,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   }
 }
 
-template <int kNC>
+template <int kNC, int kDec = 0, bool kPair = false>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1706,28 +1891,46 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
       mbar_init(bar + 8 * i, 64);                 // raw full: every row
       mbar_init(bar + 8 * (kHRaw + i), 4);        // raw empty: the consuming group's warps
     }
+    if (kPair) mbar_init(smem_u32(smem + kHOffRecvBar), 128);  // split 1's consumer threads
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the async proxy
   }
   __syncthreads();
+  if (kPair && p.nsplit == 2) cluster_sync_all();  // split 0's barrier initialized before use
   if (threadIdx.x < 128) {
     if (kNC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kHLoaderRegs));
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC>(p, smem, b, split, ntiles);
+    consumer_reg<kNC, kDec, kPair>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
 #endif
 }
 
-template <int kNC>
+template <int kNC, int kDec = 0, bool kPair = false>
 cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
+  constexpr int smem = kPair ? kHSmemPair : kHSmem;
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_few3_kernel<kNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
+      decode_few3_kernel<kNC, kDec, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(1, p.nsplit, p.batch);
-  decode_few3_kernel<kNC><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
+  if (kPair && p.nsplit == 2) {  // the two splits of a query as one cluster
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(128 + 128 * kNC);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 2;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, decode_few3_kernel<kNC, kDec, kPair>, p);
+  }
+  decode_few3_kernel<kNC, kDec, kPair><<<grid, 128 + 128 * kNC, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -1821,6 +2024,9 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 7: return p.heads <= kFewHeads ? launch_few2<2>(p, stream) : launch<5>(p, stream);
     case 8: return p.heads <= kFewHeads ? launch_few3<1>(p, stream) : launch<5>(p, stream);
     case 9: return p.heads <= kFewHeads ? launch_few3<2>(p, stream) : launch<5>(p, stream);
+    case 10: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
+    case 13:
+      return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
