@@ -1,6 +1,7 @@
 """Break promises on purpose in a scratch copy of the tree and show the tests that catch it.
 
-    python scripts/check_mutations.py [--fast]   # --fast: leave out the end-to-end ones
+    python scripts/check_mutations.py [--fast] [--only TEXT]
+        --fast: leave out the end-to-end ones; --only: the mutations whose name has TEXT
 
 First every named test runs on the unbroken tree and must pass (a test failing for another
 reason would count as a catch). Then each mutation is applied to a fresh `git worktree` of
@@ -102,6 +103,24 @@ MUTATIONS = [
      "policy=replace(policy, persistent=False), history=False)",
      "policy=policy, history=False)",
      ["tests/envs/test_tasks.py::test_hidden_tests_run_in_a_sandbox_of_their_own"]),
+    ("an integer without minimum and maximum is refused", "serving/toolcall/values.py",
+     "        frac = 0 if integer else self.caps.frac_digits\n",
+     "        if integer and not {\"minimum\", \"maximum\"} & set(schema):\n"
+     "            raise UnsupportedSchema(\"integer\", \"without minimum and maximum\")\n"
+     "        frac = 0 if integer else self.caps.frac_digits\n",
+     ["tests/serving/toolcall/test_values.py::test_an_unbounded_integer_gets_fifteen_digits"]),
+    ("serve samples tool calls its own way, beside the shared turn", "serving/serve/proxy.py",
+     "from serving.toolcall import CallTooLong, UnsupportedSchema\n",
+     "from serving.toolcall import CallTooLong, UnsupportedSchema, parse_glm  # noqa: F401\n",
+     ["tests/test_layout.py::test_one_constrained_turn_and_one_schema_checker"]),
+    ("serve keeps the run folder as typed, relative (e2e)", "serving/serve/cli.py",
+     "    run_dir = Path(cfg.run_dir).absolute()", "    run_dir = Path(cfg.run_dir)",
+     ["tests/e2e/test_serve.py::"
+      "test_outside_clients_get_chat_streams_and_valid_tool_calls[embedded]"]),
+    ("serve dies on SIGTERM without stopping what it started (e2e)", "serving/serve/cli.py",
+     "    terminate_on_sigterm()  # unwinds like Ctrl-C: everything is stopped\n", "",
+     ["tests/e2e/test_serve.py::"
+      "test_outside_clients_get_chat_streams_and_valid_tool_calls[embedded]"]),
     ("a weight update leaves the experts unpacked (e2e)", "serving/engine/plugin.py",
      "        if updating:\n"
      "            self.moe_kernel.fused_experts.process_weights_after_loading(layer)\n", "",
@@ -123,7 +142,9 @@ def _pytest(tree: Path, tests: list[str]) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
-    mutations = [m for m in MUTATIONS if "--fast" not in sys.argv or "(e2e)" not in m[0]]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+    mutations = [m for m in MUTATIONS if ("--fast" not in sys.argv or "(e2e)" not in m[0])
+                 and only in m[0]]
     survivors = 0
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"

@@ -31,6 +31,13 @@ def imports(path: Path) -> set[str]:
     return out
 
 
+def imported_names(path: Path) -> set[str]:
+    """`module.name` for every `from module import name` in the file."""
+    return {f"{node.module}.{alias.name}"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
 def sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
@@ -83,3 +90,22 @@ def test_the_client_face_loads_no_cluster_dynamo_or_kv_tier():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_one_constrained_turn_and_one_schema_checker():
+    """Grammar, sampling, parsing and checking a tool call are serving/tool_turn.py's, used by
+    the rollout client and by `serving.serve` alike; a call's arguments are checked against
+    their schema in one place (rollfleet/toolschema.py), by the parser and by the tools."""
+    files = [path for package in PROJECT for path in sources(package)]
+    turn_parts = {f"serving.toolcall.{n}" for n in ("build_grammar", "parse_glm", "check_call")}
+    assembling = [str(p.relative_to(ROOT)) for p in files if imported_names(p) & turn_parts
+                  and not p.is_relative_to(ROOT / "serving/toolcall")]
+    assert assembling == ["serving/tool_turn.py"]
+    assert "serving.ToolCallSampler" in imported_names(ROOT / "rollout/model_client.py")
+    assert "serving.tool_turn.ToolCallSampler" in imported_names(ROOT / "serving/serve/proxy.py")
+    checkers = [str(p.relative_to(ROOT)) for p in files if "jsonschema" in imports(p)]
+    assert checkers == ["rollfleet/toolschema.py"]
+    users = {str(p.relative_to(ROOT)) for p in files
+             if "rollfleet.toolschema.schema_problems" in imported_names(p)
+             or "rollfleet.toolschema.problem_kinds" in imported_names(p)}
+    assert users == {"envs/tools.py", "serving/toolcall/parser.py"}, users
