@@ -4,10 +4,11 @@ stops (kernels/NOTES.md).
 `kernels/csrc/decode_sm90.cu` is warp-specialized: a producer warp group gathers each tile's top-k
 rows and decodes them to fp16 in registers while consumer warp groups run wgmma on the previous
 tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
-half; for H <= 16 (variants 4-9) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
+half; for H <= 16 (variants 4-10) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
 heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
-(6; 7: two consumer groups); 8 (the default) and 9 decode wgmma's A fragments straight from the
-bulk-copied rows into registers, with no fp16 tile (kernels/README.md, "The CUDA kernel"). Same
+(6; 7: two consumer groups); 8, 9 and 10 (the default: fewer instructions per decoded value)
+decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
+(kernels/README.md, "The CUDA kernel"). Same
 interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
 splits are merged by that module's combine kernel. Built on first use by
 `torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
@@ -46,16 +47,11 @@ VARIANTS = {
     10: "8 with fewer instructions per decoded value: converts read either half of a register (no "
     "shift), fragment slots take the pairs the converts produce (no byte interleave; Q permuted to "
     "match), P V's two rows interleaved as packed bytes before the decode",
-    13: "10, and with two splits the query's two CTAs form a cluster: split 1 hands its O^T, "
-    "maxima and sums to split 0 through distributed shared memory, split 0 writes the output (no "
-    "fp32 partials, no combine kernel)",
 }
-DEFAULT_VARIANT = 8
+DEFAULT_VARIANT = 10
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 13: 1}
-# few-heads kernels that merge two splits themselves (a cluster of two CTAs)
-PAIR_VARIANTS = {13}
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1}
 
 
 def default_variant() -> int:
@@ -125,14 +121,12 @@ def sparse_mla_decode_cuda(
         out = torch.empty(bsz, num_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     if lse is None:
         lse = torch.empty(bsz, num_heads, dtype=torch.float32, device=q.device)
-    # two splits of a pair variant merge in the kernel and write out / lse themselves
-    merged = nsplit == 1 or (nsplit == 2 and variant in PAIR_VARIANTS and num_heads <= FEW_HEADS)
-    shape = (0,) if merged else (bsz, nsplit, num_heads)
+    shape = (0,) if nsplit == 1 else (bsz, nsplit, num_heads)
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * math.log2(math.e)
     _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant)
-    if not merged:
+    if nsplit > 1:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),
             BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip

@@ -26,9 +26,6 @@
 //     slots take whatever dim pairs the converts produce (no byte interleave; Q is permuted to
 //     match), and P V's two rows per register are interleaved as packed bytes before the decode
 //     (v8 interleaved the fp16 results). 1,599 instead of 2,007 SASS instructions per tile.
-//   13 with H <= 16: 10, and with two splits the query's two CTAs run as a cluster: split 1 stores
-//     its unnormalized O^T, maxima and sums into split 0's shared memory (DSMEM) and arrives on
-//     its mbarrier; split 0 merges them and writes the output (no fp32 partials, no combine).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -1302,30 +1299,6 @@ __global__ void __launch_bounds__(256, 2) decode_few_kernel(const __grid_constan
 #endif
 }
 
-// Cluster (DSMEM) helpers of variant 13.
-__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {  // own smem -> rank's
-  uint32_t d;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
-  return d;
-}
-__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {  // release, cluster
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, int parity) {  // acquire, cluster
-  asm volatile(
-      "{\n.reg .pred ok;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 ok, [%0], %1;\n"
-      "@!ok bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" :::
-                   "memory");
-}
-
 // ---- Few heads, variants 8, 9 (issue 29): the consumers decode straight from the raw rows ----
 // No fp16 tile: the rows arrive by bulk copies in a ring of kHRaw raw tiles (a loader warp group,
 // one thread a row, up to kHRaw tiles ahead), and the consumer group decodes each wgmma's A
@@ -1353,15 +1326,6 @@ static_assert(kHOffQ % 1024 == 0 && kHOffPT % 1024 == 0 && kHOffRaw % 16 == 0 &&
               kHOffBar % 8 == 0 && kHSmem <= 227 * 1024, "few-heads v8 layout");
 static_assert(kHRaw * kRawBytes >= 16 * kOStride * 4, "the epilogue stages O^T in the raw ring");
 constexpr int kHLoaderRegs = 56, kHConsumerRegs = 224;  // v9: 128 x 56 + 256 x 224 = 64512
-// Variant 13 (two splits as a cluster of two CTAs): split 1 stores its unnormalized O^T, maxima
-// and sums straight into split 0's shared memory (DSMEM) and arrives on split 0's mbarrier; split 0
-// merges and writes the final output: no fp32 partials, no combine kernel.
-constexpr int kHOffRecv = kHOffBar + 2 * kHRaw * 8;                // fp32 [16][kOStride] + m, l
-constexpr int kHOffRecvBar = kHOffRecv + (16 * kOStride + 32) * 4;
-constexpr int kHSmemPair = kHOffRecvBar + 8 + 1024;
-static_assert(kHOffRecv % 16 == 0 && kHOffRecvBar % 8 == 0 && kHSmemPair <= 227 * 1024,
-              "few-heads v13 layout");
-
 // S^T (+)= A B^T with A [64, 16] in registers (the fragment of wgmma_pv_rs), B K-major in shared
 // memory.
 __device__ __forceinline__ void wgmma_rs_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db,
@@ -1465,7 +1429,7 @@ __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, 
 
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
-template <int kNC, int kDec = 0, bool kPair = false>
+template <int kNC, int kDec = 0>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
   // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
@@ -1783,57 +1747,6 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
         }
       }
   }
-  bool final_out = p.nsplit == 1;
-  if constexpr (kPair) {
-    if (p.nsplit == 2) {  // a cluster of the query's two splits (launch_few3)
-      final_out = true;
-      const uint32_t recv = base + kHOffRecv, rbar = base + kHOffRecvBar;
-      float* rv = reinterpret_cast<float*>(smem + kHOffRecv);
-      if (split == 1) {  // unnormalized O^T, maxima and sums into split 0's shared memory
-        const uint32_t rr = cluster_map(recv, 0);
-#pragma unroll
-        for (int mb = 0; mb < 8; ++mb)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int hh = 8 * j + 2 * c4 + e;
-              st_cluster(rr + 4 * (hh * kOStride + dim_of(mb, 0)), o[mb][4 * j + e]);
-              st_cluster(rr + 4 * (hh * kOStride + dim_of(mb, 1)), o[mb][4 * j + 2 + e]);
-            }
-        if (wq == 0 && g == 0) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int hh = 8 * j + 2 * c4 + e;
-              st_cluster(rr + 4 * (16 * kOStride + hh), m[2 * j + e]);
-              st_cluster(rr + 4 * (16 * kOStride + 16 + hh), lt[2 * j + e]);
-            }
-        }
-        mbar_arrive_cluster(cluster_map(rbar, 0));  // release: the stores above first
-        return;
-      }
-      mbar_wait_cluster(rbar, 0);
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
-          const float m1 = rv[16 * kOStride + hh], n = fmaxf(m[i], m1);
-          const float u = n == -kInf ? 0.f : n;  // no -inf - -inf
-          const float a0 = fast_exp2(m[i] - u), a1 = fast_exp2(m1 - u);
-          lt[i] = lt[i] * a0 + rv[16 * kOStride + 16 + hh] * a1;
-          m[i] = n;
-#pragma unroll
-          for (int mb = 0; mb < 8; ++mb) {
-            o[mb][4 * j + e] = o[mb][4 * j + e] * a0 + rv[hh * kOStride + dim_of(mb, 0)] * a1;
-            o[mb][4 * j + 2 + e] =
-                o[mb][4 * j + 2 + e] * a0 + rv[hh * kOStride + dim_of(mb, 1)] * a1;
-          }
-        }
-    }
-  }
   float inv[4];
   const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
 #pragma unroll
@@ -1844,7 +1757,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
       inv[i] = lt[i] > 0.f ? 1.f / lt[i] : 0.f;
       if (wq == 0 && g == 0 && hh < p.heads) {
         const float lse2 = lt[i] > 0.f ? m[i] + log2f(lt[i]) : -kInf;
-        if (final_out) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
+        if (p.nsplit == 1) p.lse[b * p.heads + hh] = lse2 * 0.6931471805599453f;
         else p.lpart[part + hh] = lse2;
       }
     }
@@ -1865,7 +1778,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
     if (hh >= p.heads) continue;
     const float4 v = *reinterpret_cast<const float4*>(ost + hh * kOStride + 4 * c);
-    if (final_out) {
+    if (p.nsplit == 1) {
       uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 4 * c;
       *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v.x, v.y);
       *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(v.z, v.w);
@@ -1875,7 +1788,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   }
 }
 
-template <int kNC, int kDec = 0, bool kPair = false>
+template <int kNC, int kDec = 0>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1891,46 +1804,28 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
       mbar_init(bar + 8 * i, 64);                 // raw full: every row
       mbar_init(bar + 8 * (kHRaw + i), 4);        // raw empty: the consuming group's warps
     }
-    if (kPair) mbar_init(smem_u32(smem + kHOffRecvBar), 128);  // split 1's consumer threads
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the async proxy
   }
   __syncthreads();
-  if (kPair && p.nsplit == 2) cluster_sync_all();  // split 0's barrier initialized before use
   if (threadIdx.x < 128) {
     if (kNC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kHLoaderRegs));
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC, kDec, kPair>(p, smem, b, split, ntiles);
+    consumer_reg<kNC, kDec>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
 #endif
 }
 
-template <int kNC, int kDec = 0, bool kPair = false>
+template <int kNC, int kDec = 0>
 cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
-  constexpr int smem = kPair ? kHSmemPair : kHSmem;
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_few3_kernel<kNC, kDec, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      decode_few3_kernel<kNC, kDec>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(1, p.nsplit, p.batch);
-  if (kPair && p.nsplit == 2) {  // the two splits of a query as one cluster
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(128 + 128 * kNC);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 2;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, decode_few3_kernel<kNC, kDec, kPair>, p);
-  }
-  decode_few3_kernel<kNC, kDec, kPair><<<grid, 128 + 128 * kNC, smem, stream>>>(p);
+  decode_few3_kernel<kNC, kDec><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -2025,8 +1920,6 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 8: return p.heads <= kFewHeads ? launch_few3<1>(p, stream) : launch<5>(p, stream);
     case 9: return p.heads <= kFewHeads ? launch_few3<2>(p, stream) : launch<5>(p, stream);
     case 10: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
-    case 13:
-      return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
