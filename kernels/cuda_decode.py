@@ -10,7 +10,8 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
 (kernels/README.md, "The CUDA kernel"). Same
 interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
-splits are merged by that module's combine kernel. Built on first use by
+splits are merged by that module's combine kernel, or (variant 14, few heads) by the last split
+of each query to finish, inside the decode kernel. Built on first use by
 `torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
 portable path.
 """
@@ -47,11 +48,16 @@ VARIANTS = {
     10: "8 with fewer instructions per decoded value: converts read either half of a register (no "
     "shift), fragment slots take the pairs the converts produce (no byte interleave; Q permuted to "
     "match), P V's two rows interleaved as packed bytes before the decode",
+    14: "10 with the combine fused: every split writes its partial and counts itself in a "
+    "per-query counter; the last to count merges the partials (no combine kernel); more heads: 5",
 }
 DEFAULT_VARIANT = 10
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1}
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 14: 1}
+FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
+MERGE_MAX_SPLITS = 512  # csrc's kMergeMaxSplits; more splits use the combine kernel
+_counters: dict = {}
 
 
 def default_variant() -> int:
@@ -80,6 +86,20 @@ def _ext():
             del os.environ["TORCH_CUDA_ARCH_LIST"]
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+def split_counters(device: torch.device, n: int) -> torch.Tensor:
+    """The fused merge's per-query arrival counters, int32 zeros. Every launch leaves them at zero
+    (the last split of a query sets its own back), so one buffer per device is reused, also by
+    the CUDA graphs captured after a first call (no fill node in them). Launches of variant 14
+    must not overlap on two streams of one device. Inside a capture, a missing buffer is made by
+    a captured fill instead, so that every replay starts from zeros."""
+    buf = _counters.get(device)
+    if buf is None or buf.numel() < n:
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        buf = _counters[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return buf
 
 
 def split_plan(
@@ -125,8 +145,12 @@ def sparse_mla_decode_cuda(
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * math.log2(math.e)
-    _ext().decode(q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant)
-    if nsplit > 1:
+    fused = variant in FUSED_VARIANTS and num_heads <= FEW_HEADS and 1 < nsplit <= MERGE_MAX_SPLITS
+    counters = split_counters(q.device, bsz) if fused else opart.new_empty(0, dtype=torch.int32)
+    _ext().decode(
+        q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant, counters
+    )
+    if nsplit > 1 and not fused:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),
             BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip

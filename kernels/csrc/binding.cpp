@@ -8,7 +8,7 @@
 void decode(const torch::Tensor& q, const torch::Tensor& cache, const torch::Tensor& indices,
             const torch::Tensor& opart, const torch::Tensor& lpart, const torch::Tensor& out,
             const torch::Tensor& lse, double qk_scale, int64_t split_len, int64_t nsplit,
-            int64_t variant) {
+            int64_t variant, const torch::Tensor& counters) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == torch::kBFloat16 && q.dim() == 3 &&
               q.size(2) == 576 && q.stride(2) == 1 && q.stride(1) % 8 == 0 &&
               q.stride(0) % 8 == 0 &&
@@ -30,7 +30,12 @@ void decode(const torch::Tensor& q, const torch::Tensor& cache, const torch::Ten
                               opart.numel() == batch * nsplit * heads * 512 &&
                               lpart.numel() == batch * nsplit * heads),
               "opart [B, nsplit, H, 512], lpart [B, nsplit, H] fp32");
+  TORCH_CHECK(counters.numel() == 0 ||
+              (counters.scalar_type() == torch::kInt32 && counters.is_cuda() &&
+               counters.is_contiguous() && counters.numel() >= batch),
+              "counters: empty, or [>= B] int32 zeros");
   DecodeParams p{};
+  p.counters = counters.numel() == 0 ? nullptr : counters.data_ptr<int32_t>();
   p.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
   p.cache = cache.data_ptr<uint8_t>();
   p.idx = indices.data_ptr<int32_t>();
@@ -56,6 +61,6 @@ void decode(const torch::Tensor& q, const torch::Tensor& cache, const torch::Ten
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode", &decode, "NVFP4 sparse MLA decode, sm_90a (one split or fp32 partials)");
+  m.def("decode", &decode, "NVFP4 sparse MLA decode, sm_90a (one split, fp32 partials, or partials merged by the last split)");
   m.def("smem_bytes", &sparse_mla_decode_sm90_smem, "dynamic shared memory per CTA");
 }

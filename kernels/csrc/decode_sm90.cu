@@ -26,7 +26,11 @@
 //     slots take whatever dim pairs the converts produce (no byte interleave; Q is permuted to
 //     match), and P V's two rows per register are interleaved as packed bytes before the decode
 //     (v8 interleaved the fp16 results). 1,599 instead of 2,007 SASS instructions per tile.
-// Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges.
+//   14 with H <= 16: 10 with the combine fused (issue 29, round 9): every split writes its partial,
+//     fences it and counts itself in a per-query counter; the last one to count merges the
+//     partials and writes out / lse (merge_splits_last), so no combine kernel runs after it.
+// Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges
+// (variant 14: the last split of each query merges them itself).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -1427,9 +1431,71 @@ __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, 
   }
 }
 
+// The last split of query b to finish (variant 14, splits > 1): every split has written its
+// partial (O / l as fp32, log2-sum-exp) and fenced it before counting itself in p.counters[b], so
+// the one that counts last reads the others' partials (its own from `ost`, the staged O^T) and
+// writes out / lse as the combine kernel would; it sets the counter back to 0 for the next launch.
+// 128 threads (the consumer group), named barrier bar_id; scratch in the raw ring after `ost`.
+__device__ void merge_splits_last(const DecodeParams& p, const float* ost, int b, int split,
+                                  int ct, int bar_id) {
+  __threadfence();  // this thread's partial stores, before the count below
+  bar_sync_n(bar_id, 128);
+  int* flag = const_cast<int*>(reinterpret_cast<const int*>(ost + 16 * kOStride));
+  float* wt = reinterpret_cast<float*>(flag + 4);  // [16 heads][nsplit] weights
+  if (ct == 0) {
+    const int last = atomicAdd(p.counters + b, 1) == p.nsplit - 1;
+    if (last) atomicExch(p.counters + b, 0);  // every split has counted itself
+    *flag = last;
+  }
+  bar_sync_n(bar_id, 128);
+  if (!*flag) return;
+  __threadfence();  // the others' partials, after their counts
+  const int ns = p.nsplit;
+  const int64_t part0 = static_cast<int64_t>(b) * ns * p.heads;
+  if (ct < p.heads && ct < 16) {
+    float mx = -kInf;
+    for (int s = 0; s < ns; ++s) mx = fmaxf(mx, __ldcg(p.lpart + part0 + s * p.heads + ct));
+    const float mu = mx == -kInf ? 0.f : mx;  // no -inf - -inf
+    float tot = 0.f;
+    for (int s = 0; s < ns; ++s) {
+      const float w = exp2f(__ldcg(p.lpart + part0 + s * p.heads + ct) - mu);
+      wt[ct * ns + s] = w;
+      tot += w;
+    }
+    const float inv = tot > 0.f ? 1.f / tot : 0.f;
+    for (int s = 0; s < ns; ++s) wt[ct * ns + s] *= inv;
+    p.lse[b * p.heads + ct] = tot > 0.f ? (mu + log2f(tot)) * 0.6931471805599453f : -kInf;
+  }
+  bar_sync_n(bar_id, 128);
+#pragma unroll 2
+  for (int i = 0; i < 16; ++i) {  // 16 heads x 128 chunks of 4 dims
+    const int id = ct + 128 * i, hh = id >> 7, c = id & 127;
+    if (hh >= p.heads) continue;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < ns; ++s) {
+      const float w = wt[hh * ns + s];
+      const float4 v =
+          s == split ? *reinterpret_cast<const float4*>(ost + hh * kOStride + 4 * c)
+                     : __ldcg(reinterpret_cast<const float4*>(
+                           p.opart + (part0 + s * p.heads + hh) * 512 + 4 * c));
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 4 * c;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x, acc.y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z, acc.w);
+  }
+}
+constexpr int kMergeMaxSplits = 512;  // merge_splits_last's weights fit the raw ring after ost
+static_assert(kHRaw * kRawBytes >= (16 * kOStride + 4 + 16 * kMergeMaxSplits) * 4,
+              "the merge's scratch in the raw ring");
+
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
-template <int kNC, int kDec = 0>
+// kFuse (variant 14): with p.counters set and several splits, the last split merges them.
+template <int kNC, int kDec = 0, bool kFuse = false>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
   // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
@@ -1786,9 +1852,10 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
       *reinterpret_cast<float4*>(p.opart + (part + hh) * 512 + 4 * c) = v;
     }
   }
+  if (kFuse && p.nsplit > 1 && p.counters != nullptr) merge_splits_last(p, ost, b, split, ct, bar_id);
 }
 
-template <int kNC, int kDec = 0>
+template <int kNC, int kDec = 0, bool kFuse = false>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1812,20 +1879,21 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC, kDec>(p, smem, b, split, ntiles);
+    consumer_reg<kNC, kDec, kFuse>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
 #endif
 }
 
-template <int kNC, int kDec = 0>
+template <int kNC, int kDec = 0, bool kFuse = false>
 cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_few3_kernel<kNC, kDec>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
+      decode_few3_kernel<kNC, kDec, kFuse>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
   if (attr != cudaSuccess) return attr;
+  if (kFuse && p.counters != nullptr && p.nsplit > kMergeMaxSplits) return cudaErrorInvalidValue;
   const dim3 grid(1, p.nsplit, p.batch);
-  decode_few3_kernel<kNC, kDec><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
+  decode_few3_kernel<kNC, kDec, kFuse><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -1920,6 +1988,7 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 8: return p.heads <= kFewHeads ? launch_few3<1>(p, stream) : launch<5>(p, stream);
     case 9: return p.heads <= kFewHeads ? launch_few3<2>(p, stream) : launch<5>(p, stream);
     case 10: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
+    case 14: return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }

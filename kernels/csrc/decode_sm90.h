@@ -12,6 +12,7 @@ struct DecodeParams {
   float* lpart;           // [B, nsplit, H], log2 units (splits > 1)
   uint16_t* out;          // [B, H, 512] bf16 (one split)
   float* lse;             // [B, H], natural log (one split)
+  int* counters;          // [B] zeros, variant 14's splits counted per query (nullptr: none)
   float qk_scale;         // sm_scale * log2(e)
   int heads, topk, split_len, nsplit, batch;
   int variant;            // consumer layout / producer options (decode_sm90.cu's header)

@@ -234,3 +234,38 @@ def test_cuda_zero_q_averages_rows(variant: int, gen: torch.Generator) -> None:
     assert (out[0] == 0).all() and (lse[0] == -math.inf).all()
     assert ((out[1:].float() - ref[1:]).norm() / ref[1:].norm()) < 1e-2
     torch.testing.assert_close(lse[1:], ref_lse[1:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@sm90
+def test_cuda_fused_merge_leaves_its_counters_at_zero(gen: torch.Generator) -> None:
+    # Variant 14: the last split of each query to finish merges the partials and sets its counter
+    # back to 0; so a second launch (and a CUDA graph's replays) must give the same bits, and the
+    # counters must read 0 after each. Ragged top-k: later splits of short queries see only
+    # padding (lse -inf partials), query 0 no row at all.
+    from kernels.cuda_decode import sparse_mla_decode_cuda, split_counters
+
+    dev, pool, bsz, heads, topk = gen.device, 4096, 5, 12, 1000
+    kv = heavy_tailed((pool, KV_DIM), gen)
+    cache = quantize_rows(kv, KVFormat.NVFP4).view(pool // 16, 16, -1)
+    q = logit_scaled_q(bsz, heads, kv, 0.1, gen)
+    idx = ragged_topk(bsz, topk, pool, gen)
+    ref, ref_lse = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, 0.1)
+    for splits in (2, 5, 16):
+        out, lse = sparse_mla_decode_cuda(q, cache, idx, 0.1, splits, variant=14)
+        out2, lse2 = sparse_mla_decode_cuda(q, cache, idx, 0.1, splits, variant=14)
+        assert (split_counters(dev, bsz)[:bsz] == 0).all()
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+        assert (out[0] == 0).all() and (lse[0] == -math.inf).all()
+        assert ((out[1:].float() - ref[1:]).norm() / ref[1:].norm()) < 1e-2
+        torch.testing.assert_close(lse[1:], ref_lse[1:], rtol=0, atol=1e-2)
+    out_g = torch.full_like(out, float("nan"))
+    lse_g = torch.full_like(lse, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_mla_decode_cuda(q, cache, idx, 0.1, 16, out=out_g, lse=lse_g, variant=14)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, out) and torch.equal(lse_g, lse)
+    assert (split_counters(dev, bsz)[:bsz] == 0).all()
