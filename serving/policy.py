@@ -273,10 +273,10 @@ def update_fleet(controls: list[EngineControl], checkpoint: Path, version: int,
     t0 = time.perf_counter()
     try:
         on_all(controls, lambda c: c.pause(mode))
-    except PolicyUpdateError:
+        after_pause()
+    except Exception:  # nothing switched yet: serve on, on the old weights
         on_all(controls, _resume_quietly)
         raise
-    after_pause()
     t1 = time.perf_counter()
     switched: list[EngineControl] = []
     try:

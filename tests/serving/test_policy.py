@@ -104,6 +104,20 @@ def test_every_engine_pauses_drops_loads_and_resumes():
     assert times.total_s >= 0
 
 
+def test_turns_that_never_settle_leave_every_engine_serving_the_old_weights():
+    """The caller's settling step fails (turns still in flight in abort mode): the engines
+    were paused, so they resume on the weights they had; nothing was dropped or loaded."""
+    engines = [Engine("prefill0"), Engine("decode0")]
+
+    def never_settles():
+        raise PolicyUpdateError("turns still in flight after 120 s; the update did not start")
+
+    with pytest.raises(PolicyUpdateError, match="still in flight"):
+        update_fleet(engines, Path("v2"), 2, (Path("v1"), 1), "abort", after_pause=never_settles)
+    for e in engines:
+        assert e.steps == ["pause:abort", "resume"]
+
+
 def test_one_engine_failing_puts_every_engine_back_on_the_previous_weights():
     ok, bad = Engine("decode0"), Engine("decode1", fail_load=True)
     with pytest.raises(PolicyUpdateError, match="previous weights again.*decode1: load failed"):
