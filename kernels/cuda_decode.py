@@ -48,15 +48,20 @@ VARIANTS = {
     10: "8 with fewer instructions per decoded value: converts read either half of a register (no "
     "shift), fragment slots take the pairs the converts produce (no byte interleave; Q permuted to "
     "match), P V's two rows interleaved as packed bytes before the decode",
-    14: "10 with the combine fused: every split writes its partial and counts itself in a "
-    "per-query counter; the last to count merges the partials (no combine kernel); more heads: 5",
+    14: "10 with the combine fused at 2 splits: every split writes its partial and counts itself "
+    "in a per-query counter; the last to count merges the partials (no combine kernel); more "
+    "splits: the combine kernel; more heads: 5",
+    15: "14's kernel (the same build) with the combine kernel at every split count",
 }
 DEFAULT_VARIANT = 10
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 14: 1}
+FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 14: 1, 15: 1}
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
-MERGE_MAX_SPLITS = 512  # csrc's kMergeMaxSplits; more splits use the combine kernel
+# Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
+# (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
+# splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).
+FUSE_MAX_SPLITS = 2
 _counters: dict = {}
 
 
@@ -145,7 +150,7 @@ def sparse_mla_decode_cuda(
     opart = torch.empty(*shape, LATENT_DIM, dtype=torch.float32, device=q.device)
     lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * math.log2(math.e)
-    fused = variant in FUSED_VARIANTS and num_heads <= FEW_HEADS and 1 < nsplit <= MERGE_MAX_SPLITS
+    fused = variant in FUSED_VARIANTS and num_heads <= FEW_HEADS and 1 < nsplit <= FUSE_MAX_SPLITS
     counters = split_counters(q.device, bsz) if fused else opart.new_empty(0, dtype=torch.int32)
     _ext().decode(
         q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant, counters

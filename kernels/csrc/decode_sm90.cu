@@ -29,6 +29,8 @@
 //   14 with H <= 16: 10 with the combine fused (issue 29, round 9): every split writes its partial,
 //     fences it and counts itself in a per-query counter; the last one to count merges the
 //     partials and writes out / lse (merge_splits_last), so no combine kernel runs after it.
+//     kernels/cuda_decode.py passes the counters at 2 splits only. 15: the same kernel without
+//     counters (partials merged by the combine kernel).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges
 // (variant 14: the last split of each query merges them itself).
 #include <cuda_bf16.h>
@@ -1988,7 +1990,8 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 8: return p.heads <= kFewHeads ? launch_few3<1>(p, stream) : launch<5>(p, stream);
     case 9: return p.heads <= kFewHeads ? launch_few3<2>(p, stream) : launch<5>(p, stream);
     case 10: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
-    case 14: return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
+    case 14:  // 15: the same kernel, never given counters (the combine kernel merges)
+    case 15: return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
