@@ -6,12 +6,14 @@ rows and decodes them to fp16 in registers while consumer warp groups run wgmma 
 tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
 half; for H <= 16 (variants 4-10) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
 heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
-(6; 7: two consumer groups); 8, 9 and 10 (the default: fewer instructions per decoded value)
-decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
+(6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value) and 14, 15 (the
+default: 10's kernel built with a fused merge, whose register allocation spills nothing) decode
+wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
 (kernels/README.md, "The CUDA kernel"). Same
 interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
-splits are merged by that module's combine kernel, or (variant 14, few heads) by the last split
-of each query to finish, inside the decode kernel. Built on first use by
+splits are merged by that module's combine kernel, or (variant 14, few heads, 2 splits) by the
+last split of each query to finish, inside the decode kernel (1.1 us slower than the combine
+kernel at H16 B64, round 9). Built on first use by
 `torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
 portable path.
 """
@@ -51,9 +53,10 @@ VARIANTS = {
     14: "10 with the combine fused at 2 splits: every split writes its partial and counts itself "
     "in a per-query counter; the last to count merges the partials (no combine kernel); more "
     "splits: the combine kernel; more heads: 5",
-    15: "14's kernel (the same build) with the combine kernel at every split count",
+    15: "14's kernel (the same build) with the combine kernel at every split count: 10's "
+    "decode with no spill in the tile loop",
 }
-DEFAULT_VARIANT = 10
+DEFAULT_VARIANT = 15
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
 FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 14: 1, 15: 1}
