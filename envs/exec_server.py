@@ -5,8 +5,9 @@ descriptor its output goes to; this server starts it in a session and process gr
 waits for it up to its timeout, then kills whatever of it is left (its group and every process
 it started elsewhere in the sandbox's PID namespace) and answers with its exit status, or
 `timeout`. It is handed to the sandbox's interpreter as source text (the checkout is hidden
-there) and imports only C modules: the socket, json and signal modules (their imports of
-enum and collections) would more than double its start.
+there) and imports only built-in C modules (`_socket`, `marshal`, `os`, `select`, `sys`, `time`):
+the socket, json and signal modules' own imports (enum, collections) would more than double its
+start.
 """
 
 import _socket

@@ -220,8 +220,8 @@ class Workspace:
             else:
                 code, timed_out = self._run_alone(argv, env, timeout_s, out)
             text = _head_and_tail(out, max_output)
-        failure = setup_failure(text) if self.policy.isolate and code == 1 else None
-        if self._session is None and failure is not None:
+        if (self._session is None and self.policy.isolate and code == 1
+                and (failure := setup_failure(text)) is not None):
             raise failure
         return CommandResult(code, text, timed_out)
 

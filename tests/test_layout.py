@@ -105,7 +105,6 @@ def test_one_constrained_turn_and_one_schema_checker():
     assert "serving.tool_turn.ToolCallSampler" in imported_names(ROOT / "serving/serve/proxy.py")
     checkers = [str(p.relative_to(ROOT)) for p in files if "jsonschema" in imports(p)]
     assert checkers == ["rollfleet/toolschema.py"]
-    users = {str(p.relative_to(ROOT)) for p in files
-             if "rollfleet.toolschema.schema_problems" in imported_names(p)
-             or "rollfleet.toolschema.problem_kinds" in imported_names(p)}
+    checks = {f"rollfleet.toolschema.{n}" for n in ("schema_problems", "problem_kinds")}
+    users = {str(p.relative_to(ROOT)) for p in files if imported_names(p) & checks}
     assert users == {"envs/tools.py", "serving/toolcall/parser.py"}, users
