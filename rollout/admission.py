@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from serving import KvState, MetricsError
+from serving import ServingError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,13 @@ class Admission(Protocol):
 
     def observe(self, record: dict[str, Any]) -> None:
         """A session finished (its record)."""
+
+
+class KvReading(Protocol):
+    """One engine's KV cache as its metrics say (serving's KvState)."""
+
+    capacity_tokens: int
+    preemptions: float
 
 
 class FixedWindow:
@@ -51,7 +58,7 @@ def session_tokens(record: dict[str, Any]) -> int:
 
 
 class KvBudget:
-    def __init__(self, read_state: Callable[[], list[KvState]], group: int, maximum: int,
+    def __init__(self, read_state: Callable[[], list[KvReading]], group: int, maximum: int,
                  fill: float = 0.9, guess_tokens: int = 4096, alpha: float = 0.2,
                  poll_s: float = 2.0, recover_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -80,7 +87,7 @@ class KvBudget:
         self.polled = now
         try:
             states = self.read_state()
-        except MetricsError as exc:  # keep the last figures; the next poll may see the engines
+        except ServingError as exc:  # keep the last figures; the next poll may see the engines
             log.warning("KV budget: engine metrics unavailable: %s", exc)
             return
         self.capacity = sum(s.capacity_tokens for s in states)

@@ -21,8 +21,7 @@ from rollout.corpus import CorpusConfig
 from rollout.model_client import CONSTRAINTS, SamplingConfig
 from rollout.session import SessionLimits
 from rollout.tracking import LoggerConfig
-from serving import ModelConfig, ServingConfig
-from serving.policy import PAUSE_MODES
+from serving import PAUSE_MODES, ModelConfig, ServingConfig
 
 T = TypeVar("T")
 

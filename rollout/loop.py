@@ -35,15 +35,15 @@ from rollfleet.paths import cache_dir
 from rollfleet.run_dir import RunDir
 from rollout.admission import FixedWindow, KvBudget
 from rollout.config import SCHEMAS, config_hash, register_schemas, validate
-from rollout.fleet import own_cluster, update_policy
 from rollout.model_client import check_sampling
 from rollout.policy_fence import remote_board
+from rollout.policy_update import update_policy
 from rollout.record import Job, Provenance
 from rollout.scheduler import JobSource, Scheduler
 from rollout.sink import RecordSink
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving.policy import UpdateTimes
+from serving import running_cluster
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Rollouts:
         self._ready: queue.Queue[Group] = queue.Queue()
         self._partial: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._failure: BaseException | None = None
-        self.cluster: Any = None  # serving's cluster, held through rollout/fleet.py
+        self.cluster: Any = None  # serving's running cluster
 
     # -- the fleet ------------------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Rollouts:
         self.run.config_file.parent.mkdir(parents=True, exist_ok=True)
         self.run.config_file.write_text(OmegaConf.to_yaml(cfg))
         self.cluster = self._stack.enter_context(
-            own_cluster(g["serving"], g["model"], self.run.path, cache_dir(cfg.cache_dir)))
+            running_cluster(g["serving"], g["model"], self.run.path, cache_dir(cfg.cache_dir)))
         endpoint = self.cluster.endpoint
         check_sampling(endpoint, rollout.sampling())
         ray.init(address="local", num_cpus=max(1, round(rollout.workers
@@ -222,9 +222,11 @@ class Rollouts:
         return out
 
     def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
-                       mode: str | None = None) -> UpdateTimes:
+                       mode: str | None = None) -> dict[str, float]:
         """Every engine takes the new weights (a checkpoint folder, or name -> tensor) as the
-        next policy version; `mode` (default rollout.update_mode): what turns in flight do."""
+        next policy version; `mode` (default rollout.update_mode): what turns in flight do.
+        Returns the seconds each step took (pause_s, weights_s, invalidate_s, resume_s,
+        total_s)."""
         assert self.cluster is not None, "use Rollouts as a context manager"
         return update_policy(self.cluster, self.board, source, version,
                              mode or self.groups_cfg["rollout"].update_mode)

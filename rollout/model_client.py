@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serving import CallTooLong, Endpoint, FrontDoor, Sampling, ToolCallSampler, ToolTurn
+from serving import Endpoint, Sampling, ToolCallSampler, ToolTurn
 
 CONSTRAINTS = ("project", "stock")
-
-
-class CallBudgetExhausted(RuntimeError):
-    """The remaining tokens cannot hold one complete tool call, so none is started."""
 
 
 @dataclass(frozen=True)
@@ -50,12 +46,12 @@ def check_sampling(endpoint: Endpoint, sampling: SamplingConfig) -> None:
 
 class ModelClient:
     def __init__(self, endpoint: Endpoint, sampling: SamplingConfig,
-                 door: FrontDoor | None = None) -> None:
-        """`door`: the front door to send through (default: the endpoint's own)."""
+                 sampler: ToolCallSampler | None = None) -> None:
+        """`sampler`: how turns are sampled (default: through the endpoint's own front door)."""
         check_sampling(endpoint, sampling)
         self.endpoint = endpoint
         self.sampling = sampling
-        self.sampler = ToolCallSampler(endpoint, door)
+        self.sampler = sampler or ToolCallSampler(endpoint)
         self.door = self.sampler.door
         self.renderer = self.sampler.renderer
 
@@ -68,17 +64,16 @@ class ModelClient:
 
     async def complete(self, prompt_ids: list[int], messages: list[dict], tools: list[dict],
                        max_tokens: int, seed: int, session_id: str) -> ToolTurn:
-        """One turn: token-in from `prompt_ids` (project), or message-in from `messages`."""
+        """One turn: token-in from `prompt_ids` (project), or message-in from `messages`;
+        serving's TurnTooLong if no call can finish in `max_tokens` (none is started) or the
+        prompt no longer fits the context window."""
         sampling = self.sampling_for(max_tokens, seed)
         choice, parallel = self.sampling.tool_choice, self.sampling.parallel_tool_calls
         if not self.token_in:
             return await self.sampler.sample_stock(messages, tools, choice, parallel, sampling,
                                                    session_id)
-        try:
-            return await self.sampler.sample(prompt_ids, tools, choice, parallel, sampling,
-                                             session_id)
-        except CallTooLong as exc:  # a call that could not finish is never started
-            raise CallBudgetExhausted(str(exc)) from None
+        return await self.sampler.sample(prompt_ids, tools, choice, parallel, sampling,
+                                         session_id)
 
     def first_prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
         return self.renderer.prompt_ids(messages, tools) if self.token_in else []

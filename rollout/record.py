@@ -15,7 +15,7 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-from serving import ISSUE_KINDS
+from serving import ToolTurn
 
 TOOL_CALL = {
     "id": Value("string"),
@@ -104,7 +104,7 @@ FEATURES = Features({
     "num_turns": Value("int32"),
     "num_tool_calls": Value("int32"),
     "num_invalid_tool_calls": Value("int32"),
-    "tool_call_issues": {k: Value("int32") for k in (*ISSUE_KINDS, "dropped", "failed")},
+    "tool_call_issues": {k: Value("int32") for k in (*ToolTurn.ISSUE_KINDS, "dropped", "failed")},
     "prompt_tokens": Value("int32"),
     "completion_tokens": Value("int32"),
     "cached_tokens": Value("int32"),
@@ -329,7 +329,7 @@ def _message_row(msg: dict[str, Any]) -> dict[str, Any]:
 
 def _issue_counts(turns: list[TurnRecord]) -> dict[str, int]:
     """Per rollout: calls with each kind of problem, calls the parser dropped, tools that failed."""
-    counts = dict.fromkeys(ISSUE_KINDS, 0) | {"dropped": 0, "failed": 0}
+    counts = dict.fromkeys(ToolTurn.ISSUE_KINDS, 0) | {"dropped": 0, "failed": 0}
     for turn in turns:
         counts["dropped"] += turn.dropped_calls
         for kind in turn.issues:

@@ -84,11 +84,11 @@ def train(cfg: DictConfig, trainer: TrainerConfig, run_dir: Path) -> list[dict[s
                    "sampled_versions": sorted({v for g in groups for v in g.versions}),
                    "mixed_groups": sum(g.mixed for g in groups),
                    "wait_s": round(waited, 2), "train_s": round(trained, 2),
-                   "update_s": round(times.total_s, 2)}
+                   "update_s": round(times["total_s"], 2)}
             steps.append(row)
             print(f"step {step:3d}  reward {row['reward_mean']:.3f}  "
                   f"(versions {row['sampled_versions']}, {used} sessions)  "
-                  f"wait {waited:.1f} s  train {trained:.1f} s  update {times.total_s:.1f} s",
+                  f"wait {waited:.1f} s  train {trained:.1f} s  update {times['total_s']:.1f} s",
                   flush=True)
         _write(rollouts.run.path, steps)
     return steps

@@ -17,13 +17,14 @@ the differences measured on the tiny model are listed in the README (Records: re
 from __future__ import annotations
 
 import statistics
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from envs import Environment
-from serving import FrontDoor
 
 DEFAULT_TOLERANCE = 0.1  # nats, max |recorded - replayed| over sampled tokens (README)
+PromptLogprobs = Callable[[list[int]], Awaitable[list[float | None]]]
 
 
 @dataclass
@@ -69,8 +70,10 @@ def comparable(turn: dict[str, Any]) -> bool:
             and turn["constraint"] in ("", "none"))
 
 
-async def check_logprobs(records: list[dict[str, Any]], door: FrontDoor,
+async def check_logprobs(records: list[dict[str, Any]], replay: PromptLogprobs,
                          max_turns: int | None = None) -> LogprobCheck:
+    """`replay`: the served model's logprob of each token of a sequence (a front door's
+    `prompt_logprobs`)."""
     out = LogprobCheck()
     for r in records:
         for turn in r["turns"]:
@@ -80,7 +83,7 @@ async def check_logprobs(records: list[dict[str, Any]], door: FrontDoor,
                 out.skipped += 1
                 continue
             prompt, sampled = turn["prompt_token_ids"], turn["completion_token_ids"]
-            replayed = await door.prompt_logprobs(prompt + sampled)
+            replayed = await replay(prompt + sampled)
             out.turns += 1
             for k, (rec, rep) in enumerate(zip(turn["completion_logprobs"],
                                                replayed[len(prompt):], strict=True)):

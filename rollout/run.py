@@ -13,6 +13,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from rollfleet.cli import ConfigError, bad_config, one_line, sigterm_received, t
 from rollfleet.paths import CONF
 from rollfleet.paths import cache_dir as cache_dir_of
 from rollfleet.run_dir import RunDir
-from rollout.admission import FixedWindow, KvBudget
+from rollout.admission import FixedWindow, KvBudget, KvReading
 from rollout.config import (
     RolloutConfig,
     config_hash,
@@ -40,7 +41,6 @@ from rollout.config import (
 )
 from rollout.corpus import build as build_corpus
 from rollout.corpus import corpus_message, source_of
-from rollout.fleet import SWEEP_CLUSTER, own_cluster
 from rollout.model_client import check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
@@ -49,7 +49,7 @@ from rollout.summary import RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
-from serving import MetricsError, Roster, ServingError
+from serving import ServingError, running_cluster
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError, RunAborted)
@@ -121,10 +121,11 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
     model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
     env_cfg = groups["env"]
     cache_dir = cache_dir_of(cfg.cache_dir)
-    serving = (SWEEP_CLUSTER.use if HydraConfig.get().mode == RunMode.MULTIRUN else own_cluster)
-    with serving(groups["serving"], model, run_dir, cache_dir) as cluster:
+    sweep = HydraConfig.get().mode == RunMode.MULTIRUN  # members keep one cluster if they can
+    with running_cluster(groups["serving"], model, run_dir, cache_dir, keep=sweep) as cluster:
         endpoint, roster = cluster.endpoint, cluster.roster
-        counted = _prefix_counters(roster)  # a sweep's engines may have served earlier members
+        counted = _prefix_counters(roster.prefix_hits)  # a sweep's engines may have served
+        # earlier members
         provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
                                 config_hash(cfg), int(cfg.seed), _versions())
         sampling = rollout.sampling()
@@ -141,7 +142,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
             scheduler = Scheduler(
                 lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits, int(cfg.seed),
                                           provenance),
-                rollout.workers, _admission(rollout, roster), rollout.max_retries,
+                rollout.workers, _admission(rollout, roster.kv_states), rollout.max_retries,
                 provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
                 roster.names)
             with _progress() as progress:
@@ -157,7 +158,7 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                         scheduler.in_flight, time.perf_counter() - started))
 
                 scheduler.run(jobs, on_record)
-            return _engine_cache(roster, counted)
+            return _engine_cache(roster.prefix_hits, counted)
         finally:
             ray.shutdown()
 
@@ -185,26 +186,30 @@ def _init_ray(address: str | None, num_cpus: float) -> None:
                  include_dashboard=False, **kwargs)
 
 
-def _admission(cfg: RolloutConfig, roster: Roster) -> FixedWindow | KvBudget:
+def _admission(cfg: RolloutConfig, read_kv: Callable[[], list[KvReading]]
+               ) -> FixedWindow | KvBudget:
+    """`read_kv`: the roster's, which reads the engines as they are at each poll (a restarted
+    engine answers on its new address)."""
     if cfg.admission == "fixed":
         return FixedWindow(cfg.max_sessions)
-    # the roster as it is at each poll: a restarted engine answers on its new address
-    return KvBudget(roster.kv_states, cfg.samples_per_task, cfg.max_sessions, cfg.kv_fill,
+    return KvBudget(read_kv, cfg.samples_per_task, cfg.max_sessions, cfg.kv_fill,
                     cfg.session_tokens_guess)
 
 
-def _prefix_counters(roster: Roster) -> dict[str, dict[str, float]]:
+def _prefix_counters(read: Callable[[], dict[str, dict[str, float]]]
+                     ) -> dict[str, dict[str, float]]:
     try:
-        return roster.prefix_hits()
-    except MetricsError as exc:
+        return read()
+    except ServingError as exc:
         log.warning("engine metrics unavailable: %s", exc)
         return {}
 
 
-def _engine_cache(roster: Roster, before: dict[str, dict[str, float]]) -> dict[str, Any]:
+def _engine_cache(read: Callable[[], dict[str, dict[str, float]]],
+                  before: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The engines' own prefix-cache counters (Prometheus) over this run, for the summary and
     wandb."""
-    now = _prefix_counters(roster)
+    now = _prefix_counters(read)
     if not now:
         return {}
     zero = {"queries": 0.0, "hits": 0.0}

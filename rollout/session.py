@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs import Environment, SandboxError
-from rollout.model_client import CallBudgetExhausted, ModelClient
+from rollout.model_client import ModelClient
 from rollout.policy_fence import TurnFence
 from rollout.record import (
     Job,
@@ -30,7 +30,7 @@ from rollout.record import (
     build_record,
     prefix_break,
 )
-from serving import PromptTooLong, ServerUnavailable, ToolTurn
+from serving import ServingError, ToolTurn, TurnTooLong
 
 log = logging.getLogger(__name__)
 NO_CALL_NUDGE = "No valid tool call was found in your reply. Reply with exactly one tool call."
@@ -128,7 +128,7 @@ class Session:
     async def _release(self) -> None:
         try:
             await self.client.release(self.session_id)
-        except ServerUnavailable as exc:  # the binding then expires after the router's TTL
+        except ServingError as exc:  # the binding then expires after the router's TTL
             log.warning("session %s: release failed: %s", self.session_id, exc)
 
     async def _turn(self, episode) -> None:
@@ -147,11 +147,9 @@ class Session:
         seed = request_seed(self.seed, self.job, n)
         try:
             done, version, resampled = await self._sample(n, budget, seed)
-        except PromptTooLong:
-            raise ContextLimit() from None
-        except CallBudgetExhausted:  # a call that could not finish is never started
-            raise short() from None
-        except ServerUnavailable as exc:
+        except TurnTooLong as exc:  # a call that could not finish is never started
+            raise (ContextLimit() if exc.context_full else short()) from None
+        except ServingError as exc:
             raise InfraError(str(exc)) from None
         self.timings.model_s += done.generation.latency_s
         self._check_prefix(n, done)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from serving import ISSUE_KINDS
+from serving import ToolTurn
 
 
 def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def summarize(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "completion_tokens_per_s": completion / wall_s if wall_s > 0 else 0.0,
         "wall_s": wall_s,
         **{f"calls_{kind}": sum((r.get("tool_call_issues") or {}).get(kind, 0) for r in records)
-           for kind in ISSUE_KINDS + ("dropped", "failed")},
+           for kind in ToolTurn.ISSUE_KINDS + ("dropped", "failed")},
     }
 
 

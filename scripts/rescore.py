@@ -34,7 +34,7 @@ from serving.cluster import Cluster
 async def replay(records, endpoint: Endpoint, turns: int):
     door = open_front_door(endpoint)
     try:
-        return await check_logprobs(records, door, turns)
+        return await check_logprobs(records, door.prompt_logprobs, turns)
     finally:
         await door.aclose()
 

@@ -1,28 +1,34 @@
 """Serving: engines, the front door, routing, KV tiers and model folders. Knows nothing of tasks.
 
 This top level is the client face: what a process that samples from a running cluster needs
-(the job's Ray actors import only this). Starting, restarting and stopping the cluster is the
-driver's (`serving.cluster.Cluster`); code that runs inside engine processes is in
-`serving.engine`; `serving.serve` and `serving.simulate` are standalone apps.
+(the job's Ray actors import only this, and importing it loads no engine, router or KV tier).
+The driver starts, reuses and stops clusters through `running_cluster` (serving/cluster.py),
+loaded on first use; code that runs inside engine processes is in `serving.engine`;
+`serving.serve` and `serving.simulate` are standalone apps.
 """
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from typing import Any
+
+from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import Endpoint, EngineSlot, Roster
-from serving.frontdoor import (
-    FrontDoor,
-    Generation,
-    PromptTooLong,
-    Sampling,
-    ServerUnavailable,
-    open_front_door,
-)
+from serving.errors import ServerUnavailable, ServingError
+from serving.frontdoor import FrontDoor, Generation, PromptTooLong, Sampling, open_front_door
 from serving.metrics import KvState, MetricsError
+from serving.policy import PAUSE_MODES
 from serving.tool_turn import SampledCall, ToolCallSampler, ToolTurn
-from serving.toolcall import ISSUE_KINDS, CallTooLong
+from serving.toolcall import ISSUE_KINDS, CallTooLong, TurnTooLong
 
 __all__ = [
-    "ISSUE_KINDS", "CallTooLong", "Endpoint", "EngineSlot", "FrontDoor", "Generation", "KvState",
-    "MetricsError", "ModelConfig", "PromptTooLong", "Roster", "SampledCall", "Sampling",
-    "ServerUnavailable", "ServingConfig", "ServingError", "ToolCallSampler", "ToolTurn",
-    "open_front_door",
+    "ISSUE_KINDS", "PAUSE_MODES", "CallTooLong", "Endpoint", "EngineSlot", "FrontDoor",
+    "Generation", "KvState", "MetricsError", "ModelConfig", "PromptTooLong", "Roster",
+    "SampledCall", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
+    "ToolCallSampler", "ToolTurn", "TurnTooLong", "open_front_door", "running_cluster",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`running_cluster`, imported when the driver first asks for it, never by an actor."""
+    if name == "running_cluster":
+        from serving.cluster import running_cluster
+        return running_cluster
+    raise AttributeError(f"module 'serving' has no attribute {name!r}")

@@ -1,20 +1,30 @@
 """The serving cluster as one context manager: start everything, hand out an Endpoint, stop all.
 
-Only the driver uses it (the job, a sweep's shared cluster, `serving.serve`): it checks the
+Only the driver uses it (the job through `running_cluster`, `serving.serve`): it checks the
 model folder, starts the host KV tier if asked, runs the configured topology
 (serving/topologies), and keeps the live roster of its engines, which a restart updates.
+
+A sweep's members may keep one cluster (`running_cluster(..., keep=True)`): Hydra's basic
+launcher runs a multirun's members one after another in one process, and members with equal
+serving and model settings need the same engines, so the first member starts them and the later
+ones reuse them (a temperature sweep over a large model pays for its engines' start once). The
+kept cluster is stopped when a member needs other settings, when a member fails (the next one
+starts afresh), and when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import Endpoint, EngineSlot, Roster
+from serving.errors import ServingError
 from serving.kvtier import MooncakeTier
 from serving.model_dir import resolve_model_dir, tokenizer_markup_ids
 from serving.policy import (
@@ -154,3 +164,54 @@ class Cluster:
         if tier is not None:  # after the engines, its clients
             log.info("stopping the KV tier")
             tier.stop()
+
+
+class _KeptCluster:
+    """At most one running cluster, handed to every block whose settings match it."""
+
+    def __init__(self) -> None:
+        self._key: tuple[ServingConfig, ModelConfig, Path] | None = None
+        self._cluster: Cluster | None = None
+
+    @contextlib.contextmanager
+    def use(self, serving: ServingConfig, model: ModelConfig, run_dir: Path,
+            cache_dir: Path) -> Iterator[Cluster]:
+        key = (serving, model, cache_dir)
+        if self._cluster is not None and key != self._key:
+            log.info("this sweep member serves with other settings: stopping the kept cluster")
+            self.stop()
+        if self._cluster is None:
+            cluster = Cluster(serving, model, run_dir, cache_dir)
+            cluster.__enter__()  # stops what it started if it fails
+            self._cluster, self._key = cluster, key
+        else:
+            log.info("reusing the running serving cluster (its logs are in %s)",
+                     self._cluster.run_dir)
+        try:
+            yield self._cluster
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        cluster, self._cluster, self._key = self._cluster, None, None
+        if cluster is not None:
+            cluster.stop()
+
+
+KEPT = _KeptCluster()
+atexit.register(KEPT.stop)
+
+
+@contextlib.contextmanager
+def running_cluster(serving: ServingConfig, model: ModelConfig, run_dir: Path, cache_dir: Path,
+                    keep: bool = False) -> Iterator[Cluster]:
+    """A cluster running for the block, stopped at its end on every exit path; with `keep`, left
+    running for the next block with equal settings (see the module docstring)."""
+    if keep:
+        with KEPT.use(serving, model, run_dir, cache_dir) as cluster:
+            yield cluster
+        return
+    cluster = Cluster(serving, model, run_dir, cache_dir)
+    with cluster:
+        yield cluster

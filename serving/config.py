@@ -25,10 +25,6 @@ def one_of(default: str, choices) -> str:
     return field(default=default, metadata={"choices": tuple(choices)})
 
 
-class ServingError(RuntimeError):
-    """A serving problem the user can act on; its message is one line and says what to do."""
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """Which weights to serve. `path: null` selects the embedded tiny GLM model."""

@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 import httpx
 
 from serving.endpoint import Endpoint
-from serving.toolcall import ToolCallGrammar
+from serving.errors import ServerUnavailable
+from serving.toolcall import ToolCallGrammar, TurnTooLong
 
 SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
 FINAL_HEADER = "x-dynamo-session-final"  # the session is over: the router drops its binding
@@ -49,12 +50,10 @@ def overload_waits() -> Iterator[float]:
         wait = min(2 * wait, OVERLOAD_WAIT_S[1])
 
 
-class ServerUnavailable(RuntimeError):
-    """The serving side failed (unreachable, timed out, 5xx, lost its engines): retry elsewhere."""
-
-
-class PromptTooLong(ValueError):
+class PromptTooLong(TurnTooLong):
     """The prompt plus the requested tokens no longer fit the model's context window."""
+
+    context_full = True
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 import httpx
 
+from serving.errors import ServingError
+
 PREFIX_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 _LINE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-class MetricsError(RuntimeError):
+class MetricsError(ServingError):
     """An engine's /metrics did not answer, or lacks a metric the caller needs."""
 
 

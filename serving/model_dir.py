@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from serving.config import ModelConfig, ServingError
+from serving.config import ModelConfig
+from serving.errors import ServingError
 from serving.tiny_model import ensure_tiny_glm
 from serving.toolcall import SPECIAL_TOKENS
 

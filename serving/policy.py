@@ -22,13 +22,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from serving.config import ServingError
+from serving.errors import ServingError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,10 @@ class UpdateTimes:
     @property
     def total_s(self) -> float:
         return self.pause_s + self.weights_s + self.invalidate_s + self.resume_s
+
+    def as_dict(self) -> dict[str, float]:
+        """Step -> seconds, the total included (what a trainer logs)."""
+        return {**asdict(self), "total_s": self.total_s}
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

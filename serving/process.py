@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import ServingError
+from serving.errors import ServingError
 
 _PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the color codes Dynamo's logs carry

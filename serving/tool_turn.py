@@ -13,12 +13,12 @@ import functools
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from serving.chat import ChatRenderer, chat_renderer
 from serving.endpoint import Endpoint
 from serving.frontdoor import FrontDoor, Generation, Sampling, open_front_door
-from serving.toolcall import ToolCallGrammar, build_grammar, check_call, parse_glm
+from serving.toolcall import ISSUE_KINDS, ToolCallGrammar, build_grammar, check_call, parse_glm
 
 
 @dataclass
@@ -39,6 +39,7 @@ class SampledCall:
 class ToolTurn:
     """One sampled turn: what the server sampled and how it reads."""
 
+    ISSUE_KINDS: ClassVar[tuple[str, ...]] = ISSUE_KINDS  # what its and its calls' issues name
     generation: Generation
     sampling: Sampling
     constraint: str  # what it was sampled under, for the record

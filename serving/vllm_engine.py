@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig, ServingError
+from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
 from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV, WEIGHT_UPDATES_ENV
+from serving.errors import ServingError
 from serving.policy import DEV_MODE_ENV
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 

@@ -65,12 +65,14 @@ def test_actors_use_servings_client_face_only():
     assert bad == []
 
 
-def test_only_the_fleet_module_touches_the_cluster():
-    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("rollout")
-           for name in imports(path)
-           if name in ("serving.cluster", "serving.topologies", "serving.dynamo")
-           and path != ROOT / "rollout/fleet.py"]
-    assert bad == []
+def test_rollout_sees_serving_through_ten_names_of_its_face_none_of_them_the_cluster():
+    deep = [f"{path.relative_to(ROOT)}: {name}" for path in sources("rollout")
+            for name in imports(path) if name.startswith("serving.")]
+    names = {name for path in sources("rollout") for name in imported_names(path)
+             if name.startswith("serving.")}
+    assert deep == []
+    assert len(names) <= 10, sorted(names)
+    assert "serving.Cluster" not in names
 
 
 def test_the_standalone_apps_are_imported_by_nothing_else_in_serving():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import AFFINITY, ROUTER_MODES, ServingConfig, ServingError
+from serving.config import AFFINITY, ROUTER_MODES, ServingConfig
+from serving.errors import ServingError
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
 
 

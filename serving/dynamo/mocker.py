@@ -27,8 +27,9 @@ from typing import Any
 
 import httpx
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
 from serving.dynamo.worker import DynamoWorker, _instance_id
+from serving.errors import ServingError
 from serving.process import wait_serving
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import ServingConfig, ServingError
+from serving.config import ServingConfig
+from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 DISCOVERY = ("file", "etcd")

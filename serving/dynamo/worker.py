@@ -9,9 +9,10 @@ from pathlib import Path
 
 import httpx
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
 from serving.dynamo.plane import SOCKETS_ENV
 from serving.engine.plugin import NIXL_PROGRESS_DELAY_ENV
+from serving.errors import ServingError
 from serving.kvtier import kv_transfer_config
 from serving.process import ManagedProcess, free_port, wait_serving
 from serving.vllm_engine import engine_args, engine_env

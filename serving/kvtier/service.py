@@ -27,7 +27,8 @@ import threading
 from pathlib import Path
 
 from rollfleet.paths import ROOT
-from serving.config import ServingConfig, ServingError
+from serving.config import ServingConfig
+from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 log = logging.getLogger(__name__)

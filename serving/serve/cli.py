@@ -19,7 +19,8 @@ from aiohttp import web
 from rollfleet.cli import ConfigError, bad_config, compose, terminate_on_sigterm
 from rollfleet.paths import cache_dir
 from serving.cluster import Cluster
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
+from serving.errors import ServingError
 from serving.process import port_in_use
 from serving.serve.proxy import ToolCallProxy
 

@@ -22,7 +22,8 @@ import httpx
 from aiohttp import web
 
 from serving.endpoint import Endpoint
-from serving.frontdoor import KEEPALIVE, PromptTooLong, Sampling, ServerUnavailable
+from serving.errors import ServerUnavailable
+from serving.frontdoor import KEEPALIVE, PromptTooLong, Sampling
 from serving.tool_turn import ToolCallSampler
 from serving.toolcall import CallTooLong, UnsupportedSchema
 

@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 
 from rollfleet.stats import percentile
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
+from serving.errors import ServingError
 from serving.simulate import offline
 
 ROUTING = {"round_robin": ("round-robin", "off"), "kv": ("kv", "off"), "kv_soft": ("kv", "soft")}

@@ -6,11 +6,13 @@ from serving.toolcall.grammar import (
     SPECIAL_TOKENS,
     CallTooLong,
     ToolCallGrammar,
+    TurnTooLong,
     build_grammar,
 )
 from serving.toolcall.parser import ISSUE_KINDS, ParsedCall, ParsedTurn, check_call, parse_glm
 
 __all__ = [
     "ISSUE_KINDS", "MARKUP_TOKENS", "SPECIAL_TOKENS", "CallTooLong", "ParsedCall", "ParsedTurn",
-    "ToolCallGrammar", "UnsupportedSchema", "build_grammar", "check_call", "parse_glm",
+    "ToolCallGrammar", "TurnTooLong", "UnsupportedSchema", "build_grammar", "check_call",
+    "parse_glm",
 ]

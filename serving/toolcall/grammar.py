@@ -38,7 +38,14 @@ SPECIAL_TOKENS = [*MARKUP_TOKENS, *OTHER_STOPS]  # looked up at start-up
 MIN_STRING_CAP = 8  # the smallest bound a string is given before a call is refused
 
 
-class CallTooLong(ValueError):
+class TurnTooLong(ValueError):
+    """The turn cannot be sampled within the tokens left to it; `context_full`: the model's
+    context window is the bound that is reached (not the caller's token budget)."""
+
+    context_full = False
+
+
+class CallTooLong(TurnTooLong):
     """The token budget cannot hold one complete call: the call must not be started."""
 
 

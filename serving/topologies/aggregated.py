@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serving.config import ServingError
+from serving.errors import ServingError
 from serving.topologies.dynamo import DynamoTopology
 
 

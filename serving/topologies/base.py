@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from serving.config import ModelConfig, ServingConfig, ServingError
+from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import EngineSlot
+from serving.errors import ServingError
 from serving.policy import EngineControl, PolicyUpdateError
 
 

@@ -3,7 +3,7 @@ between them by NIXL."""
 
 from __future__ import annotations
 
-from serving.config import ServingError
+from serving.errors import ServingError
 from serving.topologies.dynamo import DynamoTopology
 
 

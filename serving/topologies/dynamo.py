@@ -19,13 +19,13 @@ from typing import ClassVar
 
 import httpx
 
-from serving.config import ServingError
 from serving.dynamo.frontend import DynamoFrontend
 from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import EngineSlot
 from serving.engine.plugin import POLICY_VERSION_ENV
+from serving.errors import ServingError
 from serving.policy import DynamoControl, EngineControl
 from serving.topologies.base import Started, Topology
 

@@ -6,8 +6,8 @@ import logging
 
 import httpx
 
-from serving.config import ServingError
 from serving.endpoint import EngineSlot
+from serving.errors import ServingError
 from serving.metrics import MetricsError, kv_state
 from serving.policy import EngineControl, VllmControl
 from serving.topologies.base import Started, Topology

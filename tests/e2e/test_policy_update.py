@@ -83,7 +83,7 @@ def max_logprob_gap(records: list[dict], endpoint: Endpoint) -> float:
     async def replay() -> float:
         door = open_front_door(endpoint)
         try:
-            return (await check_logprobs(records, door)).max_abs
+            return (await check_logprobs(records, door.prompt_logprobs)).max_abs
         finally:
             await door.aclose()
     return asyncio.run(replay())

@@ -1,5 +1,5 @@
 """The policy fence: a turn is recorded only if no engine pause fell inside it (each mode's
-order of steps, as rollout/fleet.py runs them)."""
+order of steps, as rollout/policy_update.py runs them)."""
 
 import asyncio
 
@@ -60,6 +60,6 @@ def test_an_update_that_fails_reopens_the_board_on_the_version_served():
     async def go():
         board = PolicyBoard(version=2)
         board.start_update()
-        board.finish_update(2)  # rollout/fleet.py: the version the fleet still serves
+        board.finish_update(2)  # rollout/policy_update.py: the version the fleet still serves
         return await asyncio.wait_for(board.begin("t"), 1)
     assert run(go()) == 2

@@ -18,7 +18,14 @@ from rollout.model_client import ModelClient, SamplingConfig
 from rollout.policy_fence import TurnFence
 from rollout.record import Job, Provenance
 from rollout.session import Session, SessionLimits, request_seed
-from serving import Endpoint, Generation, PromptTooLong, ServerUnavailable
+from serving import (
+    Endpoint,
+    Generation,
+    PromptTooLong,
+    ServerUnavailable,
+    ServingError,
+    ToolCallSampler,
+)
 from serving.chat import chat_renderer
 from serving.model_dir import tokenizer_markup_ids
 from serving.tiny_model import ensure_tiny_glm
@@ -65,7 +72,7 @@ class ScriptedDoor:
 
 def run(completions, limits=LIMITS, tamper=None, sampling=None, fence=None):
     door = ScriptedDoor(completions, tamper)
-    client = ModelClient(ENDPOINT, sampling or SamplingConfig(), door)
+    client = ModelClient(ENDPOINT, sampling or SamplingConfig(), ToolCallSampler(ENDPOINT, door))
     session = Session(Job("stats_mean", 0), ENV, client, limits, 0, PROVENANCE, fence=fence)
     record = asyncio.run(session.run())
     assert door.released == [session.session_id]  # the router may drop the binding now
@@ -204,6 +211,7 @@ def test_no_call_gets_a_nudge_rendered_after_the_sampled_stop():
 
 @pytest.mark.parametrize(("error", "status", "stop"), [
     (ServerUnavailable("HTTP 503"), "infra_error", "error"),
+    (ServingError("the engine lost its KV tier"), "infra_error", "error"),
     (PromptTooLong("maximum context length"), "truncated", "context_length"),
 ])
 def test_server_failures_end_the_session(error, status, stop):

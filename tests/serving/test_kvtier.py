@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from serving.config import ServingConfig, ServingError
+from serving.config import ServingConfig
 from serving.engine.kvtier.blocks import BlockLayout, block_key, namespace, planes_of
 from serving.engine.kvtier.client import Saved, TierClient
+from serving.errors import ServingError
 from serving.kvtier import MooncakeTier, kv_transfer_config
 from serving.process import wait_until
 from tests.procs import new_job_processes, process_table

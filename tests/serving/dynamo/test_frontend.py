@@ -2,8 +2,9 @@ from dataclasses import replace
 
 import pytest
 
-from serving.config import ServingConfig, ServingError
+from serving.config import ServingConfig
 from serving.dynamo.frontend import router_args
+from serving.errors import ServingError
 
 KV = ServingConfig(mode="kv_routed")
 

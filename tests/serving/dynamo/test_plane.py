@@ -3,8 +3,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serving.config import ServingConfig, ServingError
+from serving.config import ServingConfig
 from serving.dynamo.plane import ControlPlane
+from serving.errors import ServingError
 from tests.procs import listening, new_job_processes, process_table
 
 

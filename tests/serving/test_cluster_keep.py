@@ -1,12 +1,12 @@
-"""The sweep's cluster sharing rules, on a stand-in cluster (the real one is shared in
-tests/e2e/test_eval_and_corpus.py::test_a_tiny_sweep_writes_its_report_and_resumes)."""
+"""`running_cluster`'s rules for a kept cluster (a sweep's members), on a stand-in cluster (the
+real one is kept in tests/e2e/test_eval_and_corpus.py::
+test_a_tiny_sweep_writes_its_report_and_resumes)."""
 
 from pathlib import Path
 
 import pytest
 
-from rollout import fleet
-from serving import ModelConfig, ServingConfig
+from serving import ModelConfig, ServingConfig, cluster
 
 
 class StandIn:
@@ -19,6 +19,9 @@ class StandIn:
         StandIn.events.append(f"start {self.name}")
         return f"endpoint of {self.name}"
 
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def __str__(self) -> str:
         return f"endpoint of {self.name}"
 
@@ -27,14 +30,16 @@ class StandIn:
 
 
 @pytest.fixture
-def share(monkeypatch) -> fleet.SharedCluster:
-    monkeypatch.setattr(fleet, "Cluster", StandIn)
+def share(monkeypatch) -> cluster._KeptCluster:
+    monkeypatch.setattr(cluster, "Cluster", StandIn)
+    monkeypatch.setattr(cluster, "KEPT", cluster._KeptCluster())
     StandIn.events = []
-    return fleet.SharedCluster()
+    return cluster.KEPT
 
 
-def _use(share, mode: str, member: str) -> str:
-    with share.use(ServingConfig(mode=mode), ModelConfig(), Path(member), Path("cache")) as cl:
+def _use(share, mode: str, member: str, keep: bool = True) -> str:
+    with cluster.running_cluster(ServingConfig(mode=mode), ModelConfig(), Path(member),
+                                 Path("cache"), keep=keep) as cl:
         return str(cl)
 
 
@@ -53,8 +58,15 @@ def test_other_settings_stop_the_cluster_before_theirs_starts(share):
 
 
 def test_a_failed_member_stops_it_and_the_next_starts_afresh(share):
-    with pytest.raises(KeyboardInterrupt), share.use(ServingConfig(), ModelConfig(), Path("a"),
-                                                     Path("cache")):
+    with pytest.raises(KeyboardInterrupt), cluster.running_cluster(
+            ServingConfig(), ModelConfig(), Path("a"), Path("cache"), keep=True):
         raise KeyboardInterrupt
     assert _use(share, "embedded", "b") == "endpoint of embedded@b"
     assert StandIn.events == ["start embedded@a", "stop embedded@a", "start embedded@b"]
+
+
+def test_a_job_of_its_own_stops_its_cluster_at_the_end_and_leaves_a_kept_one_alone(share):
+    _use(share, "embedded", "a")
+    assert _use(share, "kv_routed", "job", keep=False) == "endpoint of kv_routed@job"
+    assert StandIn.events == ["start embedded@a", "start kv_routed@job", "stop kv_routed@job"]
+    assert _use(share, "embedded", "b") == "endpoint of embedded@a"  # still kept
