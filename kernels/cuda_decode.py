@@ -55,12 +55,24 @@ VARIANTS = {
     "splits: the combine kernel; more heads: 5",
     15: "14's kernel (the same build) with the combine kernel at every split count: 10's "
     "decode with no spill in the tile loop",
+    16: "15 with O^T's first k-step decoded before waiting for S^T's wgmmas (under their tail and "
+    "the softmax's barriers)",
+    17: "16 without the wait for O^T's wgmmas at the end of each tile (the next tile's S^T decode "
+    "runs under them)",
+    18: "10's decode with two consumer groups on alternate tiles (9's layout)",
+    19: "18 waiting after each wgmma batch for the one before (only two batches' A fragments "
+    "live, so that two consumer groups fit 224 registers without serialized wgmmas)",
+    20: "15 waiting after each wgmma batch for the one before (as 19, one consumer group)",
+    21: "15's kernel with its splits merged by a CUDA combine kernel launched with programmatic "
+    "dependent launch (PDL) right behind it, by the same call; more heads: 5",
+    22: "21 with a plain launch of the CUDA combine kernel (no PDL)",
 }
 DEFAULT_VARIANT = 15
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1, 14: 1, 15: 1}
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 23)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
+CUDA_COMBINE_VARIANTS = {21, 22}  # few heads: the decode call launches csrc's combine kernel
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).
@@ -158,7 +170,8 @@ def sparse_mla_decode_cuda(
     _ext().decode(
         q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant, counters
     )
-    if nsplit > 1 and not fused:
+    cuda_combine = variant in CUDA_COMBINE_VARIANTS and num_heads <= FEW_HEADS
+    if nsplit > 1 and not fused and not cuda_combine:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),
             BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip

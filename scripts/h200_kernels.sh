@@ -7,6 +7,7 @@
 #        NCU="64 128" NCU_KERNEL=_split_kernel NCU_PATHS=nvfp4,fp8 BENCH=0 bash ...  (Triton)
 #        CUDA_VARIANTS="0 1 2 3" CUDA_ONLY=1 TESTS=0 SHAPES=16x64,64x128 bash ...
 #          (gate each CUDA kernel variant alone, then time the ones that passed, nothing else)
+#        PROBE="15 16" ...   (+ kernels/probe_pieces.py: the pieces of one H16 B64 call, per variant)
 #        TESTS_K="cuda" TESTS_LAST=1 ...   (only the kernel tests that pytest -k selects; variants that failed
 #          their gate are always left out of the test run, so that a hung one costs its gate only)
 set -uo pipefail
@@ -51,6 +52,13 @@ if [ "${BENCH:-1}" = 1 ]; then
   sed -n '/^   H /,$p' "$OUT/bench.log"
 fi
 if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_LAST:-0}" = 1 ]; then run_tests; fi
+# PROBE="15 16": where one few-heads call's time goes (kernels/probe_pieces.py), per variant that
+# passed its gate
+if [ -n "${PROBE:-}" ]; then
+  pv=""; for v in $PROBE; do case ",$ok_variants," in *",$v,"*) pv="$pv,$v";; esac; done
+  timeout 240 python3 -m kernels.probe_pieces --variants "${pv#,}" --out "$OUT" > "$OUT/probe.log" 2>&1
+  echo "probe rc=$?"; sed -n '/^H[0-9]* B/,$p' "$OUT/probe.log"; grep -E "Error|error" "$OUT/probe.log" | tail -5
+fi
 set -- ${NCU:-}
 while [ $# -ge 2 ]; do
   h=$1 b=$2; shift 2

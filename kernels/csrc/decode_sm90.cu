@@ -1500,7 +1500,13 @@ static_assert(kHRaw * kRawBytes >= (16 * kOStride + 4 + 16 * kMergeMaxSplits) * 
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
 // kFuse (variant 14): with p.counters set and several splits, the last split merges them.
-template <int kNC, int kDec = 0, bool kFuse = false>
+// kPipe (round 10, kDec = 1 only): 1 (variant 16) decodes O^T's first k-step (rows 0..15) before
+// waiting for S^T's wgmmas, so that its ~250 instructions run under their tail and the softmax's
+// barriers instead of after them; 2 (variant 17) also drops the wait for O^T's last wgmmas at the
+// end of each tile (the next tile's S^T decode runs under them; its wait covers them). 3 (variants
+// 19, 20): a wait for all but the last batch after each commit, so that only two batches' A
+// fragments are live (up to 36 x 4 registers otherwise), room for two consumer groups at 224.
+template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
   // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
@@ -1508,6 +1514,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   const int cg = kNC == 2 ? __shfl_sync(0xffffffffu, cx >> 7, 0) : 0;
   const int ct = cx & 127;
   const int bar_id = 1 + cg;
+  constexpr bool kHoist = kDec == 1 && (kPipe == 1 || kPipe == 2), kBound = kPipe == 3;
   const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
   const int rr0 = 16 * wq + g, rr1 = rr0 + 8, q8 = 8 * wq + g;
   const uint32_t base = smem_u32(smem);
@@ -1545,6 +1552,40 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     mbar_wait(full + 8 * rs, (k / kHRaw) & 1);
     const uint32_t raw = base + kHOffRaw + rs * kRawBytes;
     const uint8_t* valid = smem + kHOffRawValid + rs * 64;
+    // O^T's A fragments of k-step kt (variant 10's decode): rows 2 c4, 2 c4 + 1 (pr = 0) and + 8
+    // (pr = 1) of rows 16 kt..; their E4M3 bytes interleaved before the convert (no fp16
+    // interleave after it), scaled by (row a's scale, row b's scale)
+    auto decode_ot = [&](int kt, uint32_t (&fb)[8][4]) {
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) {
+        const int row = 16 * kt + 2 * c4 + 8 * pr;
+        const uint32_t ra = raw + row * kRowBytes;
+        const uint2 xa = ld_smem2(ra + 8 * q8), xb = ld_smem2(ra + kRowBytes + 8 * q8);
+        // padding rows hold older rows or nothing: a zero scale makes them zeros
+        const uint8_t* sc = smem + kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8;
+        const uint32_t sab = (valid[row] ? uint32_t{sc[0]} : 0u) |
+                             (valid[row + 1] ? uint32_t{sc[kRowBytes]} << 8 : 0u);
+        const uint32_t s2 = hmul2(cvt_e4m3_lo(sab), 0x54005400u);
+#pragma unroll
+        for (int wd = 0; wd < 2; ++wd) {  // dims 16 q8 + 8 wd + {0..7}: m-blocks 4 wd + {0..3}
+          // the packed bytes of rows a and b interleaved (a0 b0 a1 b1: dims 0..3; then 4..7), so
+          // that each convert's two values are one dim of rows a, b
+          const uint32_t wa = wd ? xa.y : xa.x, wb = wd ? xb.y : xb.x;
+          uint32_t l0, h0, l1, h1;
+          e2m1_e4m3(__byte_perm(wa, wb, 0x5140), l0, h0);
+          e2m1_e4m3(__byte_perm(wa, wb, 0x7362), l1, h1);
+          // dim 8 wd + 2 i + s -> m-block 4 wd + i, slot 2 pr + s (v8's mapping)
+          fb[4 * wd + 0][2 * pr] = hmul2(cvt_e4m3_lo(l0), s2);
+          fb[4 * wd + 1][2 * pr] = hmul2(cvt_e4m3_hi(l0), s2);
+          fb[4 * wd + 2][2 * pr] = hmul2(cvt_e4m3_lo(l1), s2);
+          fb[4 * wd + 3][2 * pr] = hmul2(cvt_e4m3_hi(l1), s2);
+          fb[4 * wd + 0][2 * pr + 1] = hmul2(cvt_e4m3_lo(h0), s2);
+          fb[4 * wd + 1][2 * pr + 1] = hmul2(cvt_e4m3_hi(h0), s2);
+          fb[4 * wd + 2][2 * pr + 1] = hmul2(cvt_e4m3_lo(h1), s2);
+          fb[4 * wd + 3][2 * pr + 1] = hmul2(cvt_e4m3_hi(h1), s2);
+        }
+      }
+    };
     // S^T = K Q^T: per 16-byte latent chunk i of the two rows, 8 k-steps (4 words, 2 each)
     const uint32_t row0 = raw + rr0 * kRowBytes, row1 = raw + rr1 * kRowBytes;
     const uint2 sc0 = ld_smem2(row0 + 320 + 8 * c4), sc1 = ld_smem2(row1 + 320 + 8 * c4);
@@ -1592,6 +1633,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
         wgmma_rs_n16(s, fa[j], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), kk > 0);
       }
       wgmma_commit();
+      if constexpr (kBound) wgmma_wait<1>();  // one batch in flight: its fragments only
     }
     {  // rope: k-steps 32..35, word i of each row's 16 rope bytes
       const uint4 x0 = ld_smem(row0 + 256 + 16 * c4), x1 = ld_smem(row1 + 256 + 16 * c4);
@@ -1614,7 +1656,10 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
         wgmma_rs_n16(s, fa[i], dq + (((kk >> 2) * kFewQBlock + (kk & 3) * 32) >> 4), 1);
       }
       wgmma_commit();
+      if constexpr (kBound) wgmma_wait<1>();  // one batch in flight: its fragments only
     }
+    uint32_t fb0[8][4];  // kPipe: O^T's first k-step, decoded under S^T's last wgmmas
+    if constexpr (kHoist) decode_ot(0, fb0);
     wgmma_wait<0>();
     const bool ok0 = valid[rr0], ok1 = valid[rr1];
     float mx[4];
@@ -1683,36 +1728,45 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     for (int kt = 0; kt < 4; ++kt) {
       uint32_t fb[8][4];
       if constexpr (kDec == 1) {
-        // rows 2 c4, 2 c4 + 1 (pr = 0) and + 8 (pr = 1): their E4M3 bytes interleaved before the
-        // convert (no fp16 interleave after it), scaled by (row a's scale, row b's scale)
+        if constexpr (!kHoist) {  // variants 10, 14, 15: as before round 10
+          // rows 2 c4, 2 c4 + 1 (pr = 0) and + 8 (pr = 1): their E4M3 bytes interleaved before
+          // the convert (no fp16 interleave after it), scaled by (row a's scale, row b's scale)
 #pragma unroll
-        for (int pr = 0; pr < 2; ++pr) {
-          const int row = 16 * kt + 2 * c4 + 8 * pr;
-          const uint32_t ra = raw + row * kRowBytes;
-          const uint2 xa = ld_smem2(ra + 8 * q8), xb = ld_smem2(ra + kRowBytes + 8 * q8);
-          // padding rows hold older rows or nothing: a zero scale makes them zeros
-          const uint8_t* sc = smem + kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8;
-          const uint32_t sab = (valid[row] ? uint32_t{sc[0]} : 0u) |
-                               (valid[row + 1] ? uint32_t{sc[kRowBytes]} << 8 : 0u);
-          const uint32_t s2 = hmul2(cvt_e4m3_lo(sab), 0x54005400u);
+          for (int pr = 0; pr < 2; ++pr) {
+            const int row = 16 * kt + 2 * c4 + 8 * pr;
+            const uint32_t ra = raw + row * kRowBytes;
+            const uint2 xa = ld_smem2(ra + 8 * q8), xb = ld_smem2(ra + kRowBytes + 8 * q8);
+            // padding rows hold older rows or nothing: a zero scale makes them zeros
+            const uint8_t* sc = smem + kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8;
+            const uint32_t sab = (valid[row] ? uint32_t{sc[0]} : 0u) |
+                                 (valid[row + 1] ? uint32_t{sc[kRowBytes]} << 8 : 0u);
+            const uint32_t s2 = hmul2(cvt_e4m3_lo(sab), 0x54005400u);
 #pragma unroll
-          for (int wd = 0; wd < 2; ++wd) {  // dims 16 q8 + 8 wd + {0..7}: m-blocks 4 wd + {0..3}
-            // the packed bytes of rows a and b interleaved (a0 b0 a1 b1: dims 0..3; then 4..7), so
-            // that each convert's two values are one dim of rows a, b
-            const uint32_t wa = wd ? xa.y : xa.x, wb = wd ? xb.y : xb.x;
-            uint32_t l0, h0, l1, h1;
-            e2m1_e4m3(__byte_perm(wa, wb, 0x5140), l0, h0);
-            e2m1_e4m3(__byte_perm(wa, wb, 0x7362), l1, h1);
-            // dim 8 wd + 2 i + s -> m-block 4 wd + i, slot 2 pr + s (v8's mapping)
-            fb[4 * wd + 0][2 * pr] = hmul2(cvt_e4m3_lo(l0), s2);
-            fb[4 * wd + 1][2 * pr] = hmul2(cvt_e4m3_hi(l0), s2);
-            fb[4 * wd + 2][2 * pr] = hmul2(cvt_e4m3_lo(l1), s2);
-            fb[4 * wd + 3][2 * pr] = hmul2(cvt_e4m3_hi(l1), s2);
-            fb[4 * wd + 0][2 * pr + 1] = hmul2(cvt_e4m3_lo(h0), s2);
-            fb[4 * wd + 1][2 * pr + 1] = hmul2(cvt_e4m3_hi(h0), s2);
-            fb[4 * wd + 2][2 * pr + 1] = hmul2(cvt_e4m3_lo(h1), s2);
-            fb[4 * wd + 3][2 * pr + 1] = hmul2(cvt_e4m3_hi(h1), s2);
+            for (int wd = 0; wd < 2; ++wd) {  // dims 16 q8 + 8 wd + {0..7}: m-blocks 4 wd + ..3
+              // the packed bytes of rows a and b interleaved (a0 b0 a1 b1: dims 0..3; then
+              // 4..7), so that each convert's two values are one dim of rows a, b
+              const uint32_t wa = wd ? xa.y : xa.x, wb = wd ? xb.y : xb.x;
+              uint32_t l0, h0, l1, h1;
+              e2m1_e4m3(__byte_perm(wa, wb, 0x5140), l0, h0);
+              e2m1_e4m3(__byte_perm(wa, wb, 0x7362), l1, h1);
+              // dim 8 wd + 2 i + s -> m-block 4 wd + i, slot 2 pr + s (v8's mapping)
+              fb[4 * wd + 0][2 * pr] = hmul2(cvt_e4m3_lo(l0), s2);
+              fb[4 * wd + 1][2 * pr] = hmul2(cvt_e4m3_hi(l0), s2);
+              fb[4 * wd + 2][2 * pr] = hmul2(cvt_e4m3_lo(l1), s2);
+              fb[4 * wd + 3][2 * pr] = hmul2(cvt_e4m3_hi(l1), s2);
+              fb[4 * wd + 0][2 * pr + 1] = hmul2(cvt_e4m3_lo(h0), s2);
+              fb[4 * wd + 1][2 * pr + 1] = hmul2(cvt_e4m3_hi(h0), s2);
+              fb[4 * wd + 2][2 * pr + 1] = hmul2(cvt_e4m3_lo(h1), s2);
+              fb[4 * wd + 3][2 * pr + 1] = hmul2(cvt_e4m3_hi(h1), s2);
+            }
           }
+        } else if (kt > 0) {
+          decode_ot(kt, fb);
+        } else {
+#pragma unroll
+          for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) fb[mb][i] = fb0[mb][i];
         }
       } else {
         uint32_t v[4][8];
@@ -1742,11 +1796,13 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb) wgmma_rs_n16(o[mb], fb[mb], dpt + ((32 * kt) >> 4), 1);
       wgmma_commit();
+      if constexpr (kBound) wgmma_wait<1>();  // one batch in flight: its fragments only
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * rs);  // this warp has read the raw tile
-    wgmma_wait<0>();
+    if (kPipe < 2) wgmma_wait<0>();  // kPipe 2: the next tile's S^T wait covers these
   }
+  if (kPipe == 2) wgmma_wait<0>();
 
   // Sums over the rows: the 8 lanes of a column, then the 4 warps.
 #pragma unroll
@@ -1860,7 +1916,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   if (kFuse && p.nsplit > 1 && p.counters != nullptr) merge_splits_last(p, ost, b, split, ct, bar_id);
 }
 
-template <int kNC, int kDec = 0, bool kFuse = false>
+template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1884,22 +1940,72 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC, kDec, kFuse>(p, smem, b, split, ntiles);
+    consumer_reg<kNC, kDec, kFuse, kPipe>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
 #endif
 }
 
-template <int kNC, int kDec = 0, bool kFuse = false>
+template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
 cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_few3_kernel<kNC, kDec, kFuse>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(decode_few3_kernel<kNC, kDec, kFuse, kPipe>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
   if (attr != cudaSuccess) return attr;
   if (kFuse && p.counters != nullptr && p.nsplit > kMergeMaxSplits) return cudaErrorInvalidValue;
   const dim3 grid(1, p.nsplit, p.batch);
-  decode_few3_kernel<kNC, kDec, kFuse><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
+  decode_few3_kernel<kNC, kDec, kFuse, kPipe><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// Variants 21, 22 (round 10): the splits' partials merged by a CUDA kernel launched right behind
+// the decode kernel, with programmatic dependent launch (21: its launch is processed while the
+// decode grid drains; griddepcontrol.wait holds every CTA until that grid has finished and its
+// writes are visible) or as a plain launch (22). One CTA per (query, head), 4 dims a thread; the
+// same arithmetic as kernels/sparse_decode.py's combine kernel.
+__global__ void __launch_bounds__(128) combine_splits_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, t = threadIdx.x;
+  const int ns = p.nsplit;
+  const int64_t part0 = static_cast<int64_t>(b) * ns * p.heads + h;  // split s: + s * heads
+  float mx = -kInf;
+  for (int s = 0; s < ns; ++s) mx = fmaxf(mx, p.lpart[part0 + s * p.heads]);
+  const float mu = mx == -kInf ? 0.f : mx;  // no -inf - -inf
+  float tot = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < ns; ++s) {
+    const int64_t part = part0 + s * p.heads;
+    const float w = exp2f(p.lpart[part] - mu);
+    const float4 v = *reinterpret_cast<const float4*>(p.opart + part * 512 + 4 * t);
+    tot += w;
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  const float inv = tot > 0.f ? 1.f / tot : 0.f;
+  uint16_t* dst = p.out + b * p.stride_ob + h * p.stride_oh + 4 * t;
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (t == 0) p.lse[b * p.heads + h] = tot > 0.f ? (mu + log2f(tot)) * 0.6931471805599453f : -kInf;
+}
+
+cudaError_t launch_combine(const DecodeParams& p, cudaStream_t stream, bool pdl) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.batch * p.heads);
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, combine_splits_kernel, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <int kVariant>
@@ -1995,6 +2101,20 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 10: return p.heads <= kFewHeads ? launch_few3<1, 1>(p, stream) : launch<5>(p, stream);
     case 14:  // 15: the same kernel, never given counters (the combine kernel merges)
     case 15: return p.heads <= kFewHeads ? launch_few3<1, 1, true>(p, stream) : launch<5>(p, stream);
+    // 16, 17 (round 10): 15's build with O^T's first k-step decoded before S^T's wait (kPipe 1),
+    // + no wait for O^T at the end of a tile (2); 18: two consumer groups with 10's decode
+    case 16: return p.heads <= kFewHeads ? launch_few3<1, 1, true, 1>(p, stream) : launch<5>(p, stream);
+    case 17: return p.heads <= kFewHeads ? launch_few3<1, 1, true, 2>(p, stream) : launch<5>(p, stream);
+    case 18: return p.heads <= kFewHeads ? launch_few3<2, 1>(p, stream) : launch<5>(p, stream);
+    // 19: 18 with one wgmma batch in flight (kPipe 3); 20: 15's build with the same
+    case 19: return p.heads <= kFewHeads ? launch_few3<2, 1, false, 3>(p, stream) : launch<5>(p, stream);
+    case 20: return p.heads <= kFewHeads ? launch_few3<1, 1, true, 3>(p, stream) : launch<5>(p, stream);
+    case 21:  // 15's kernel, its splits merged by combine_splits_kernel (21: PDL, 22: plain launch)
+    case 22: {
+      if (p.heads > kFewHeads) return launch<5>(p, stream);
+      const cudaError_t e = launch_few3<1, 1, true>(p, stream);
+      return e != cudaSuccess || p.nsplit == 1 ? e : launch_combine(p, stream, p.variant == 21);
+    }
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,0 +1,183 @@
+"""Where the few-heads CUDA decode's time goes (issue 29, round 10): one call's pieces, timed.
+
+    python3 -m kernels.probe_pieces --variants 15,16 [--out DIR]     (on the H200)
+
+Each piece is captured in a CUDA graph and its replays timed as scripts/bench_kernels.py times a
+whole call (triton's do_bench, L2 flushed before every replay, median): the whole call, the
+decode kernel alone, the combine kernel alone, a 4-byte fill (what one graph replay of one tiny
+kernel costs under this timer), and the decode kernel alone with 1..16 tiles per CTA at the same
+128 CTAs (a line through those: the fixed cost per launch and the cost per tile). Then the
+profiler's kernel durations for the whole call (decode, combine, the gap between them). Prints
+one table; writes probe_pieces.json under --out.
+"""
+
+import argparse
+import json
+import math
+import os
+from functools import partial
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from kernels.cache_write import write_kv_cache
+from kernels.cuda_decode import _ext, sparse_mla_decode_cuda, split_plan
+from kernels.kv_formats import KV_DIM, LATENT_DIM, ROW_BYTES, KVFormat
+from kernels.sparse_decode import _combine_kernel
+from kernels.testdata import heavy_tailed, logit_scaled_q
+
+SM_SCALE = 1 / math.sqrt(192)
+
+
+def timed_us(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e3
+
+
+def profiled(fn, reps: int = 20) -> dict:
+    """Kernel durations (us) and the gap between consecutive kernels of one graph replay, from
+    the profiler (median over `reps` replays, L2 flushed before each as in timed_us)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.zero_()
+            graph.replay()
+        torch.cuda.synchronize()
+    evs = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    runs, cur = [], []
+    for e in evs:  # one run = the kernels after each flush
+        if "elementwise" in e.name or "fill" in e.name.lower() or "zero" in e.name.lower():
+            if cur:
+                runs.append(cur)
+            cur = []
+            continue
+        cur.append(e)
+    if cur:
+        runs.append(cur)
+    runs = [r for r in runs if r]
+    if not runs:
+        return {"error": "no kernels recorded", "names": sorted({e.name for e in evs})[:10]}
+    n = len(runs[0])
+    out = {"kernels": [r.name[:40] for r in runs[0]], "runs": len(runs)}
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    full = [r for r in runs if len(r) == n]
+    out["dur_us"] = [med([r[i].time_range.elapsed_us() for r in full]) for i in range(n)]
+    out["gap_us"] = [
+        med([r[i + 1].time_range.start - r[i].time_range.end for r in full]) for i in range(n - 1)
+    ]
+    out["span_us"] = med([r[-1].time_range.end - r[0].time_range.start for r in full])
+    return out
+
+
+def fit(sweep: dict) -> tuple[float, float]:
+    """Least squares through (tiles, us): (us per tile, fixed us)."""
+    xs, ys = list(sweep), list(sweep.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return slope, my - slope * mx
+
+
+def probe_variant(q, cache, idx, v: int, sms: int) -> dict:
+    bsz, heads, _ = q.shape
+    topk, dev = idx.shape[1], q.device
+    nsplit, split_len = split_plan(bsz, heads, topk, 0, sms, v)
+    out = torch.empty(bsz, heads, LATENT_DIM, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(bsz, heads, dtype=torch.float32, device=dev)
+    opart = torch.empty(bsz, nsplit, heads, LATENT_DIM, dtype=torch.float32, device=dev)
+    lpart = torch.empty(bsz, nsplit, heads, dtype=torch.float32, device=dev)
+    none = torch.empty(0, dtype=torch.int32, device=dev)
+    ext, qk_scale = _ext(), SM_SCALE * math.log2(math.e)
+
+    def kernel(idx_=idx, split_len_=split_len):
+        ext.decode(q, cache, idx_, opart, lpart, out, lse, qk_scale, split_len_, nsplit, v, none)
+
+    def combine():
+        _combine_kernel[(bsz, heads)](
+            opart, lpart, out, lse, 1.0, heads, nsplit, out.stride(0), out.stride(1),
+            BLOCK_S=triton.next_power_of_2(nsplit), num_warps=8)  # fmt: skip
+
+    full = partial(sparse_mla_decode_cuda, q, cache, idx, SM_SCALE, variant=v)
+    r = {
+        "nsplit": nsplit,
+        "full_us": timed_us(full),
+        "kernel_us": timed_us(kernel),
+        "combine_us": timed_us(combine),
+        "kernel_plus_combine_us": timed_us(lambda: (kernel(), combine())),
+    }
+    sweep = {}
+    for tiles in (1, 2, 4, 8, 16):  # per CTA, at the same nsplit CTAs per query
+        tk = min(topk, tiles * 64 * nsplit)
+        sweep[tiles] = timed_us(partial(kernel, idx[:, :tk].contiguous(), tiles * 64))
+    r["kernel_by_tiles_us"] = sweep
+    r["per_tile_us"], r["fixed_us"] = fit(sweep)
+    r["kernel_all_padding_us"] = timed_us(partial(kernel, torch.full_like(idx, -1)))
+    try:
+        r["profile"] = profiled(full)
+    except Exception as e:  # the timings above stand without it
+        r["profile"] = {"error": repr(e)[:300]}
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="15")
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    pool_n, topk, heads, bsz = 1 << 21, 2048, args.heads, args.batch
+    kv = heavy_tailed((pool_n, KV_DIM), gen)
+    cache = torch.empty(pool_n // 64, 64, ROW_BYTES[KVFormat.NVFP4], dtype=torch.uint8, device=dev)
+    write_kv_cache(kv, torch.arange(pool_n, device=dev), cache, KVFormat.NVFP4)
+    q = logit_scaled_q(bsz, heads, kv, SM_SCALE, gen)
+    idx = torch.randint(0, pool_n, (bsz, topk), generator=gen, device=dev, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    res: dict = {"H": heads, "B": bsz, "topk": topk, "variants": {}}
+    tiny = torch.empty(1, dtype=torch.int32, device=dev)
+    res["one_fill_us"] = timed_us(lambda: tiny.fill_(1))
+    for v in (int(x) for x in args.variants.split(",") if x):
+        r = res["variants"][v] = probe_variant(q, cache, idx, v, sms)
+        print(f"v{v}", json.dumps(r), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "probe_pieces.json").write_text(json.dumps(res, indent=1))
+    print(f"\nH{heads} B{bsz} topk {topk}: a 4-byte fill replayed: {res['one_fill_us']:.1f} us")
+    print("  v splits   full kernel combine   k+c  fixed  per-tile padding | profiler: us, gap")
+    for v, r in res["variants"].items():
+        pr = r["profile"]
+        prs = f"{pr.get('dur_us')} gap {pr.get('gap_us')}" if "dur_us" in pr else str(pr)[:80]
+        print(
+            f"{v:>3} {r['nsplit']:>6} {r['full_us']:6.1f} {r['kernel_us']:6.1f}"
+            f" {r['combine_us']:7.1f} {r['kernel_plus_combine_us']:5.1f} {r['fixed_us']:6.1f}"
+            f" {r['per_tile_us']:9.2f} {r['kernel_all_padding_us']:7.1f} | {prs}"
+        )
+
+
+if __name__ == "__main__":
+    main()
