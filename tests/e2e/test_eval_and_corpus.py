@@ -37,7 +37,7 @@ def test_a_tiny_sweep_writes_its_report_and_resumes(tmp_path):
         assert summary["engine_0_prefix_hits"] == sum(
             t["cached_tokens"] for row in records for t in row["turns"])
     log = first.stdout + first.stderr
-    assert log.count("starting vLLM engine") == 1 and "reusing this sweep's serving" in log
+    assert log.count("starting vLLM engine") == 1 and "reusing the running serving cluster" in log
     assert (members[0] / "logs").is_dir() and not (members[1] / "logs").exists()
     report = (sweep / "report.md").read_text()
     assert "| rollout.temperature=0.6 | 4 | 2 |" in report and "pass@2" in report
