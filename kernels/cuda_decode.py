@@ -66,13 +66,17 @@ VARIANTS = {
     21: "15's kernel with its splits merged by a CUDA combine kernel launched with programmatic "
     "dependent launch (PDL) right behind it, by the same call; more heads: 5",
     22: "21 with a plain launch of the CUDA combine kernel (no PDL)",
+    23: "19's kernel (two consumer groups, one wgmma batch in flight) with 21's combine (PDL)",
+    24: "23 with O^T's first k-step decoded before waiting for S^T (as 16)",
+    25: "24 with the decode kernel letting the combine kernel launch as soon as all its CTAs run",
 }
 DEFAULT_VARIANT = 15
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 23)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 26)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
-CUDA_COMBINE_VARIANTS = {21, 22}  # few heads: the decode call launches csrc's combine kernel
+# few heads: the decode call launches csrc's combine kernel itself
+CUDA_COMBINE_VARIANTS = set(range(21, 26))
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

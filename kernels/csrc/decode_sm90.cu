@@ -1506,6 +1506,8 @@ static_assert(kHRaw * kRawBytes >= (16 * kOStride + 4 + 16 * kMergeMaxSplits) * 
 // end of each tile (the next tile's S^T decode runs under them; its wait covers them). 3 (variants
 // 19, 20): a wait for all but the last batch after each commit, so that only two batches' A
 // fragments are live (up to 36 x 4 registers otherwise), room for two consumer groups at 224.
+// 4 (variant 24): 3 + 1's early decode; 5 (25): 4 + the kernel lets its dependent launch (the
+// combine kernel, PDL) start as soon as every CTA runs (griddepcontrol.launch_dependents).
 template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
@@ -1514,7 +1516,8 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   const int cg = kNC == 2 ? __shfl_sync(0xffffffffu, cx >> 7, 0) : 0;
   const int ct = cx & 127;
   const int bar_id = 1 + cg;
-  constexpr bool kHoist = kDec == 1 && (kPipe == 1 || kPipe == 2), kBound = kPipe == 3;
+  constexpr bool kHoist = kDec == 1 && (kPipe == 1 || kPipe == 2 || kPipe >= 4);
+  constexpr bool kBound = kPipe == 3 || kPipe >= 4;
   const int wq = ct >> 5, lane = ct & 31, g = lane >> 2, c4 = lane & 3;
   const int rr0 = 16 * wq + g, rr1 = rr0 + 8, q8 = 8 * wq + g;
   const uint32_t base = smem_u32(smem);
@@ -1935,6 +1938,7 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the async proxy
   }
   __syncthreads();
+  if constexpr (kPipe == 5) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (threadIdx.x < 128) {
     if (kNC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kHLoaderRegs));
     if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
@@ -1971,20 +1975,42 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(const __grid_consta
   const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, t = threadIdx.x;
   const int ns = p.nsplit;
   const int64_t part0 = static_cast<int64_t>(b) * ns * p.heads + h;  // split s: + s * heads
-  float mx = -kInf;
-  for (int s = 0; s < ns; ++s) mx = fmaxf(mx, p.lpart[part0 + s * p.heads]);
-  const float mu = mx == -kInf ? 0.f : mx;  // no -inf - -inf
-  float tot = 0.f;
+  float mu = 0.f, tot = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < ns; ++s) {
-    const int64_t part = part0 + s * p.heads;
-    const float w = exp2f(p.lpart[part] - mu);
-    const float4 v = *reinterpret_cast<const float4*>(p.opart + part * 512 + 4 * t);
-    tot += w;
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+  if (ns <= 4) {  // every load in flight before the first use (one memory latency, not two)
+    float lw[4];
+    float4 v[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int64_t part = part0 + min(s, ns - 1) * p.heads;
+      lw[s] = s < ns ? p.lpart[part] : -kInf;
+      v[s] = *reinterpret_cast<const float4*>(p.opart + part * 512 + 4 * t);
+    }
+    const float mx = fmaxf(fmaxf(lw[0], lw[1]), fmaxf(lw[2], lw[3]));
+    mu = mx == -kInf ? 0.f : mx;  // no -inf - -inf
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const float w = exp2f(lw[s] - mu);  // 0 for s >= ns
+      tot += w;
+      acc.x += w * v[s].x;
+      acc.y += w * v[s].y;
+      acc.z += w * v[s].z;
+      acc.w += w * v[s].w;
+    }
+  } else {
+    float mx = -kInf;
+    for (int s = 0; s < ns; ++s) mx = fmaxf(mx, p.lpart[part0 + s * p.heads]);
+    mu = mx == -kInf ? 0.f : mx;
+    for (int s = 0; s < ns; ++s) {
+      const int64_t part = part0 + s * p.heads;
+      const float w = exp2f(p.lpart[part] - mu);
+      const float4 v = *reinterpret_cast<const float4*>(p.opart + part * 512 + 4 * t);
+      tot += w;
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
   }
   const float inv = tot > 0.f ? 1.f / tot : 0.f;
   uint16_t* dst = p.out + b * p.stride_ob + h * p.stride_oh + 4 * t;
@@ -2082,6 +2108,15 @@ cudaError_t launch(const DecodeParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Few heads: the decode kernel, then (several splits) combine_splits_kernel; more heads: variant 5
+// (whose splits kernels/cuda_decode.py merges with the Triton combine kernel).
+template <int kNC, int kDec, bool kFuse, int kPipe>
+cudaError_t launch_few3_combine(const DecodeParams& p, cudaStream_t stream, bool pdl) {
+  if (p.heads > kFewHeads) return launch<5>(p, stream);
+  const cudaError_t e = launch_few3<kNC, kDec, kFuse, kPipe>(p, stream);
+  return e != cudaSuccess || p.nsplit == 1 ? e : launch_combine(p, stream, pdl);
+}
+
 }  // namespace
 
 int sparse_mla_decode_sm90_smem() { return kSmem; }
@@ -2110,11 +2145,12 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 19: return p.heads <= kFewHeads ? launch_few3<2, 1, false, 3>(p, stream) : launch<5>(p, stream);
     case 20: return p.heads <= kFewHeads ? launch_few3<1, 1, true, 3>(p, stream) : launch<5>(p, stream);
     case 21:  // 15's kernel, its splits merged by combine_splits_kernel (21: PDL, 22: plain launch)
-    case 22: {
-      if (p.heads > kFewHeads) return launch<5>(p, stream);
-      const cudaError_t e = launch_few3<1, 1, true>(p, stream);
-      return e != cudaSuccess || p.nsplit == 1 ? e : launch_combine(p, stream, p.variant == 21);
-    }
+    case 22: return launch_few3_combine<1, 1, true, 0>(p, stream, p.variant == 21);
+    // 23: 19's kernel + 21's combine; 24: + O^T's first k-step early (kPipe 4); 25: + the early
+    // PDL trigger (kPipe 5)
+    case 23: return launch_few3_combine<2, 1, false, 3>(p, stream, true);
+    case 24: return launch_few3_combine<2, 1, false, 4>(p, stream, true);
+    case 25: return launch_few3_combine<2, 1, false, 5>(p, stream, true);
     default: return cudaErrorInvalidValue;
   }
 }
