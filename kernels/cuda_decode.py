@@ -6,14 +6,17 @@ rows and decodes them to fp16 in registers while consumer warp groups run wgmma 
 tile: for H > 16 one group computes the scores, the softmax and half of P V, the other the other
 half; for H <= 16 (variants 4-10) one group computes S^T = K Q^T and O^T = V^T P^T with N = 16
 heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copies two tiles ahead
-(6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value) and 14, 15 (the
-default: 10's kernel built with a fused merge, whose register allocation spills nothing) decode
-wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). Same
+(6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
+kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
+decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
+(kernels/README.md, "The CUDA kernel"). The default, 24: two consumer groups on alternate tiles,
+each waiting after every wgmma batch for the one before (so that both fit 224 registers with no
+serialized wgmma), and the splits merged by a CUDA combine kernel that the same call launches
+with programmatic dependent launch. Same
 interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
-splits are merged by that module's combine kernel, or (variant 14, few heads, 2 splits) by the
-last split of each query to finish, inside the decode kernel (1.1 us slower than the combine
-kernel at H16 B64, round 9). Built on first use by
+splits are merged by that module's combine kernel, by csrc's (variants 21-25, few heads), or
+(variant 14, few heads, 2 splits) by the last split of each query to finish, inside the decode
+kernel (1.1 us slower than the Triton combine kernel at H16 B64, round 9). Built on first use by
 `torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
 portable path.
 """
@@ -70,7 +73,7 @@ VARIANTS = {
     24: "23 with O^T's first k-step decoded before waiting for S^T (as 16)",
     25: "24 with the decode kernel letting the combine kernel launch as soon as all its CTAs run",
 }
-DEFAULT_VARIANT = 15
+DEFAULT_VARIANT = 24
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
 FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 26)), 1)

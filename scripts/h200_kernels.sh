@@ -39,7 +39,7 @@ if [ -z "$ok_variants" ]; then export BENCH_NO_CUDA=1 NCU=""; sel="not cuda"; el
 sel="${TESTS_K:-}${sel:+${TESTS_K:+ and }$sel}"
 if [ -n "$bad_k" ]; then sel="${sel:-(v0 or not v0)}$bad_k"; fi
 run_tests() {
-  timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider -o timeout=90 \
+  timeout ${TESTS_TIMEOUT:-300} python3 -m pytest -q -n 8 -p no:cacheprovider -o timeout=90 \
     -o timeout_method=thread tests/kernels ${sel:+-k "$sel"} >> "$OUT/tests.log" 2>&1
   echo "kernel tests rc=$?"; grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -15
 }

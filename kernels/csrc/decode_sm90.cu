@@ -29,13 +29,20 @@
 //   14 with H <= 16: 10 with the combine fused (issue 29, round 9): every split writes its partial,
 //     fences it and counts itself in a per-query counter; the last one to count merges the
 //     partials and writes out / lse (merge_splits_last), so no combine kernel runs after it.
-//     kernels/cuda_decode.py passes the counters at 2 splits only. 15 (the default for H <= 16):
+//     kernels/cuda_decode.py passes the counters at 2 splits only. 15 (round 9's H <= 16 default):
 //     the same kernel without counters (partials merged by the combine kernel). With the merge
 //     compiled in, ptxas allocates the tile loop without 10's 24-byte spill (8 local loads and
 //     stores a tile): 49.8 us at H16 B64 vs 10's 53.0; the merge itself is 1.1 us slower than
 //     the combine kernel (round 9).
+//   16-25 with H <= 16 (issue 29, round 10; consumer_reg's kPipe): 16 decodes O^T's first k-step
+//     before waiting for S^T's wgmmas, 17 also skips the wait at a tile's end (slower: 69 us);
+//     18 = 10's decode with two consumer groups (wgmmas serialized, C7512), 19 = 18 waiting after
+//     each wgmma batch for the one before (no serialization), 20 = 15 with 19's waits; 21, 22 =
+//     15's kernel + combine_splits_kernel launched by the same call (21 with PDL); 23 = 19 + 21's
+//     combine, 24 (the default for H <= 16) = 23 + 16's early decode, 25 = 24 + an early PDL
+//     trigger.
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges
-// (variant 14: the last split of each query merges them itself).
+// (variant 14: the last split of each query merges them itself; 21-25: combine_splits_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
