@@ -9,10 +9,11 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 (6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
 kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). The default, 24: two consumer groups on alternate tiles,
-each waiting after every wgmma batch for the one before (so that both fit 224 registers with no
-serialized wgmma), and the splits merged by a CUDA combine kernel that the same call launches
-with programmatic dependent launch. Same
+(kernels/README.md, "The CUDA kernel"). The default, 26: with more than 8 tiles a split, two
+consumer groups on alternate tiles, each waiting after every wgmma batch for the one before (so
+that both fit 224 registers with no serialized wgmma; variant 24), else one group (16), and 2-4
+splits merged by a CUDA combine kernel that the same call launches with programmatic dependent
+launch. Same
 interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
 splits are merged by that module's combine kernel, by csrc's (variants 21-25, few heads), or
 (variant 14, few heads, 2 splits) by the last split of each query to finish, inside the decode
@@ -72,14 +73,16 @@ VARIANTS = {
     23: "19's kernel (two consumer groups, one wgmma batch in flight) with 21's combine (PDL)",
     24: "23 with O^T's first k-step decoded before waiting for S^T (as 16)",
     25: "24 with the decode kernel letting the combine kernel launch as soon as all its CTAs run",
+    26: "24's kernel at more than 8 tiles a split, else 16's (one consumer group); the CUDA "
+    "combine at 2-4 splits, the Triton one at more",
 }
-DEFAULT_VARIANT = 24
+DEFAULT_VARIANT = 26
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 26)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 27)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
-# few heads: the decode call launches csrc's combine kernel itself
-CUDA_COMBINE_VARIANTS = set(range(21, 26))
+# few heads: the decode call launches csrc's combine kernel itself, up to this many splits
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | {26: 4}
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).
@@ -177,7 +180,7 @@ def sparse_mla_decode_cuda(
     _ext().decode(
         q, cache, indices, opart, lpart, out, lse, qk_scale, split_len, nsplit, variant, counters
     )
-    cuda_combine = variant in CUDA_COMBINE_VARIANTS and num_heads <= FEW_HEADS
+    cuda_combine = num_heads <= FEW_HEADS and nsplit <= CUDA_COMBINE_VARIANTS.get(variant, 0)
     if nsplit > 1 and not fused and not cuda_combine:
         _combine_kernel[(bsz, num_heads)](
             opart, lpart, out, lse, 1.0, num_heads, nsplit, out.stride(0), out.stride(1),

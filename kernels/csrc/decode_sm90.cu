@@ -39,8 +39,9 @@
 //     18 = 10's decode with two consumer groups (wgmmas serialized, C7512), 19 = 18 waiting after
 //     each wgmma batch for the one before (no serialization), 20 = 15 with 19's waits; 21, 22 =
 //     15's kernel + combine_splits_kernel launched by the same call (21 with PDL); 23 = 19 + 21's
-//     combine, 24 (the default for H <= 16) = 23 + 16's early decode, 25 = 24 + an early PDL
-//     trigger.
+//     combine, 24 = 23 + 16's early decode, 25 = 24 + an early PDL trigger; 26 (the default for
+//     H <= 16) = 24 at more than 8 tiles a split (two groups pay off only there), else 16, and
+//     the CUDA combine at 2-4 splits only (its loop over more splits is slower than Triton's).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges
 // (variant 14: the last split of each query merges them itself; 21-25: combine_splits_kernel).
 #include <cuda_bf16.h>
@@ -2158,6 +2159,14 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 23: return launch_few3_combine<2, 1, false, 3>(p, stream, true);
     case 24: return launch_few3_combine<2, 1, false, 4>(p, stream, true);
     case 25: return launch_few3_combine<2, 1, false, 5>(p, stream, true);
+    case 26: {  // 24's kernel at > 8 tiles a split, else 16's (one group); the CUDA combine at
+                // 2..4 splits (more: kernels/cuda_decode.py runs the Triton one, 16 splits a step)
+      if (p.heads > kFewHeads) return launch<5>(p, stream);
+      const cudaError_t e = p.split_len > 8 * kTile ? launch_few3<2, 1, false, 4>(p, stream)
+                                                     : launch_few3<1, 1, true, 1>(p, stream);
+      const bool combine = p.nsplit > 1 && p.nsplit <= 4;
+      return e != cudaSuccess || !combine ? e : launch_combine(p, stream, true);
+    }
     default: return cudaErrorInvalidValue;
   }
 }
