@@ -12,12 +12,15 @@ from typing import Any
 
 import ray
 
+from serving import ServingError
+
 log = logging.getLogger(__name__)
 SETTLE_TIMEOUT_S = 600.0
 
 
-class TurnsDidNotSettle(RuntimeError):
-    """Turns were still in flight when the update had to start; nothing was updated."""
+class TurnsDidNotSettle(ServingError):
+    """Turns were still in flight when the update had to start; nothing was updated (a job
+    stops with its one line, as with any update the fleet refused)."""
 
 
 def update_policy(cluster: Any, board: Any, source: Path | dict[str, Any],
