@@ -124,8 +124,8 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
     sweep = HydraConfig.get().mode == RunMode.MULTIRUN  # members keep one cluster if they can
     with running_cluster(groups["serving"], model, run_dir, cache_dir, keep=sweep) as cluster:
         endpoint, roster = cluster.endpoint, cluster.roster
-        counted = _prefix_counters(roster.prefix_hits)  # a sweep's engines may have served
-        # earlier members
+        # a kept cluster's engines may have served earlier sweep members
+        counted = _prefix_counters(roster.prefix_hits)
         provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
                                 config_hash(cfg), int(cfg.seed), _versions())
         sampling = rollout.sampling()

@@ -147,7 +147,7 @@ class Session:
         seed = request_seed(self.seed, self.job, n)
         try:
             done, version, resampled = await self._sample(n, budget, seed)
-        except TurnTooLong as exc:  # a call that could not finish is never started
+        except TurnTooLong as exc:  # no call fits the room left: none is started
             raise (ContextLimit() if exc.context_full else short()) from None
         except ServingError as exc:
             raise InfraError(str(exc)) from None

@@ -178,7 +178,7 @@ class _KeptCluster:
             cache_dir: Path) -> Iterator[Cluster]:
         key = (serving, model, cache_dir)
         if self._cluster is not None and key != self._key:
-            log.info("this sweep member serves with other settings: stopping the kept cluster")
+            log.info("other serving or model settings than the kept cluster's: stopping it")
             self.stop()
         if self._cluster is None:
             cluster = Cluster(serving, model, run_dir, cache_dir)
