@@ -1739,45 +1739,13 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     for (int kt = 0; kt < 4; ++kt) {
       uint32_t fb[8][4];
       if constexpr (kDec == 1) {
-        if constexpr (!kHoist) {  // variants 10, 14, 15: as before round 10
-          // rows 2 c4, 2 c4 + 1 (pr = 0) and + 8 (pr = 1): their E4M3 bytes interleaved before
-          // the convert (no fp16 interleave after it), scaled by (row a's scale, row b's scale)
-#pragma unroll
-          for (int pr = 0; pr < 2; ++pr) {
-            const int row = 16 * kt + 2 * c4 + 8 * pr;
-            const uint32_t ra = raw + row * kRowBytes;
-            const uint2 xa = ld_smem2(ra + 8 * q8), xb = ld_smem2(ra + kRowBytes + 8 * q8);
-            // padding rows hold older rows or nothing: a zero scale makes them zeros
-            const uint8_t* sc = smem + kHOffRaw + rs * kRawBytes + row * kRowBytes + 320 + q8;
-            const uint32_t sab = (valid[row] ? uint32_t{sc[0]} : 0u) |
-                                 (valid[row + 1] ? uint32_t{sc[kRowBytes]} << 8 : 0u);
-            const uint32_t s2 = hmul2(cvt_e4m3_lo(sab), 0x54005400u);
-#pragma unroll
-            for (int wd = 0; wd < 2; ++wd) {  // dims 16 q8 + 8 wd + {0..7}: m-blocks 4 wd + ..3
-              // the packed bytes of rows a and b interleaved (a0 b0 a1 b1: dims 0..3; then
-              // 4..7), so that each convert's two values are one dim of rows a, b
-              const uint32_t wa = wd ? xa.y : xa.x, wb = wd ? xb.y : xb.x;
-              uint32_t l0, h0, l1, h1;
-              e2m1_e4m3(__byte_perm(wa, wb, 0x5140), l0, h0);
-              e2m1_e4m3(__byte_perm(wa, wb, 0x7362), l1, h1);
-              // dim 8 wd + 2 i + s -> m-block 4 wd + i, slot 2 pr + s (v8's mapping)
-              fb[4 * wd + 0][2 * pr] = hmul2(cvt_e4m3_lo(l0), s2);
-              fb[4 * wd + 1][2 * pr] = hmul2(cvt_e4m3_hi(l0), s2);
-              fb[4 * wd + 2][2 * pr] = hmul2(cvt_e4m3_lo(l1), s2);
-              fb[4 * wd + 3][2 * pr] = hmul2(cvt_e4m3_hi(l1), s2);
-              fb[4 * wd + 0][2 * pr + 1] = hmul2(cvt_e4m3_lo(h0), s2);
-              fb[4 * wd + 1][2 * pr + 1] = hmul2(cvt_e4m3_hi(h0), s2);
-              fb[4 * wd + 2][2 * pr + 1] = hmul2(cvt_e4m3_lo(h1), s2);
-              fb[4 * wd + 3][2 * pr + 1] = hmul2(cvt_e4m3_hi(h1), s2);
-            }
-          }
-        } else if (kt > 0) {
-          decode_ot(kt, fb);
-        } else {
+        if (kHoist && kt == 0) {  // the hoisting variants decoded k-step 0 early (fb0)
 #pragma unroll
           for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
             for (int i = 0; i < 4; ++i) fb[mb][i] = fb0[mb][i];
+        } else {
+          decode_ot(kt, fb);
         }
       } else {
         uint32_t v[4][8];
