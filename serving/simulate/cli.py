@@ -12,6 +12,7 @@ limit). Commands:
   sweep      P:D 1:1 ... 1:6 x routing policies x 100 ... 2,000 sessions on `simulate.groups`
              (`simulate.jobs=2`: two replays side by side, one per core)
   recommend  the P:D ratio and group count for `simulate.sessions` at `simulate.target_tok_s`
+  layouts    a TP8 worker's KV transfer per turn, per-layer vs block-major (descriptor model)
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from typing import Any
 from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
 from rollfleet.paths import CONF, cache_dir
 from serving.config import ServingConfig
-from serving.simulate import offline, perf, workload
+from serving.simulate import kv_layouts, offline, perf, workload
 from serving.simulate.config import SimulateConfig, topology
+from serving.simulate.published import PUBLISHED
+from serving.simulate.table import print_table
 
-COMMANDS = ("run", "seed", "sweep", "recommend")
+COMMANDS = ("run", "seed", "sweep", "recommend", "layouts")
 RATIOS = (1, 2, 3, 4, 5, 6)
 CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
-PUBLISHED = {"tok_s_user": 101.0, "sessions_per_prefill_group": 66, "itl_p90_reduction": 0.40,
-             "fp8_tokens": 1.09e6, "nvfp4_tokens": 1.63e6}
 log = logging.getLogger("serving.simulate")
 
 
@@ -132,20 +133,6 @@ class Sim:
 
 def _fleet_name(f: offline.Fleet) -> str:
     return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
-
-
-def _fmt(v: Any, nd: int = 1) -> str:
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{nd}f}"
-    return str(v)
-
-
-def print_table(headers: list[str], rows: list[list[Any]]) -> str:
-    text = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    text += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
-    out = "\n".join(text)
-    print(out, flush=True)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,6 +306,10 @@ def cmd_recommend(sim: Sim) -> dict:
     return {"options": options, "recommendation": rec}
 
 
+def cmd_layouts(sim: Sim) -> dict:
+    return kv_layouts.run(sim.cfg, sim.topo["kv_cache_dtype"], sim.sessions(256))
+
+
 # ---------------------------------------------------------------------------------------------
 def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, str | None]:
     from hydra import compose, initialize_config_dir
@@ -368,7 +359,7 @@ def _main(argv: list[str]) -> int:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         print(f"perf model: {perf.version_label(sim.spec)}", flush=True)
         result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
-                  "cmd_recommend": cmd_recommend}[f"cmd_{command}"](sim)
+                  "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts}[f"cmd_{command}"](sim)
     elapsed = time.monotonic() - t0
     print(f"{sim.runs} simulations in {elapsed:.0f} s", flush=True)
     if cfg.out:

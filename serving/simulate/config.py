@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from serving.config import ServingConfig, one_of
+from serving.simulate.descriptors import TRANSPORTS
 from serving.simulate.offline import POLICIES
 
 SYSTEMS = ("gb200", "gb300", "b200_sxm", "b300_sxm", "h200_sxm", "h100_sxm")
@@ -22,6 +23,7 @@ class SimulateConfig:
     perf_backend: str = one_of("vllm", PERF_BACKENDS)  # whose measured kernel times
     mtp_acceptance: float = 0.85  # P(the MTP draft token is accepted)
     transfer_gbps: float = 450.0  # KV transfer per rank, GB/s (NVLink inside an NVL72 rack)
+    kv_transport: str = one_of("nixl_cuda_ipc_gb200", tuple(TRANSPORTS))  # `layouts`' constants
     host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
     host_gbps: float = 200.0  # host tier <-> GPU per rank, GB/s
     gpu_memory_utilization: float = 0.9

@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serving.simulate import perf, workload
+from rollfleet.paths import ROOT
+from serving.simulate import descriptors, perf, workload
 from serving.simulate.cli import load, main
 from tests.procs import new_job_processes, process_table
 
@@ -120,3 +121,62 @@ def test_a_tiny_sweep_runs_its_points_side_by_side(tmp_path: Path):
     assert [x["ratio"] for x in got["results"]] == [f"1:{k}" for k in range(1, 7)]
     assert all(x["requests"] >= 3 and x["policy"] == "kv" for x in got["results"])
     assert got["simulations"] == 6 and set(got["breaks"]) == {f"1:{k} kv" for k in range(1, 7)}
+
+
+LOOPBACK_RUNS = ["bench/kv_layout.json", "bench/simulate_kv_layout_holdout.json",
+                 "bench/simulate_kv_layout_rerun.json"]
+
+
+def test_the_descriptor_model_counts_the_measured_layouts():
+    """scripts/bench_kv_layout.py's runs (three geometries and days): the descriptors and bytes
+    each layout moved are the model's, from the geometry alone."""
+    for name in LOOPBACK_RUNS:
+        run = json.loads((ROOT / name).read_text())
+        p = {k: int(v) for k, v in run["parameters"].items() if v.isdigit()}
+        geo = descriptors.Geometry(p["layers"], p["row"], p["block"])
+        for layout, measured in run["results"].items():
+            assert descriptors.descriptors(layout, geo, p["tokens"]) == measured["descriptors"]
+            assert geo.bytes(p["tokens"]) == measured["bytes"]
+    committed = json.loads((ROOT / LOOPBACK_RUNS[0]).read_text())["results"]
+    assert (committed["per_layer"]["descriptors"], committed["block_major"]["descriptors"]) == \
+        (99_840, 1_280)
+
+
+def test_the_loopback_transport_times_its_committed_run():
+    """TRANSPORTS' loopback constants are bench/kv_layout.json's: 1504.7 and 176.7 ms back."""
+    run = json.loads((ROOT / LOOPBACK_RUNS[0]).read_text())["results"]
+    t = descriptors.TRANSPORTS["mooncake_tcp_loopback"]
+    for r in run.values():
+        assert abs(t.ms(r["descriptors"], r["bytes"]) / r["ms_median"] - 1) < 0.01
+
+
+def test_two_constants_time_gpu_transfers_of_another_row_size():
+    """Fit on the H200 pair's 352-byte runs (both layouts, 16/64-token blocks, whole and TP-split
+    requests), the model times the 576-byte runs within 12%, from 391 to 975,000 copies."""
+    cases = json.loads((ROOT / "kernels/results/h200x2_bench_kv_transfer.json").read_text())
+    points = {row: [(c[k]["copies"], c[k]["bytes"], c[k]["ms"]) for c in cases["cases"]
+                    if c["row"] == row for k in ("a_per_layer", "b_block_major")]
+              for row in (352, 576)}
+    for c in cases["cases"]:  # 78 layers: one copy per (layer, block), one per block
+        geo = descriptors.Geometry(78, c["row"], c["block"])
+        tokens = c["blocks_moved"] * c["block"]
+        assert c["a_per_layer"]["copies"] == descriptors.descriptors("per_layer", geo, tokens)
+        assert c["b_block_major"]["copies"] == descriptors.descriptors("block_major", geo, tokens)
+    t = descriptors.fit(points[352], "352-byte runs")
+    errors = [t.ms(n, b) / ms - 1 for n, b, ms in points[576]]
+    assert max(abs(e) for e in errors) < 0.12, errors
+    registered = descriptors.TRANSPORTS["cudamemcpy_h200_nvlink"]
+    both = descriptors.fit(points[352] + points[576], "all")
+    assert abs(registered.descriptor_us / both.descriptor_us - 1) < 0.01
+    assert abs(registered.gbps / both.gbps - 1) < 0.01
+
+
+def test_layouts_predicts_the_seed_workers_transfer(tmp_path: Path, capsys):
+    """The seed's sessions (8k + 6k a turn to 140k) move 74,000 tokens a turn on average when
+    the whole prompt moves: 79 layers x 1,157 blocks of 64 tokens per layer, 1,157 block-major."""
+    out = tmp_path / "layouts.json"
+    assert main(["layouts", "serving=glm5_gpu", f"simulate.out={out}",
+                 f"cache_dir={tmp_path / 'cache'}"]) == 0
+    whole = json.loads(out.read_text())["cases"]["whole prompt"]
+    assert (whole["tokens"], whole["per_layer"], whole["block_major"]) == (74_000, 91_403, 1_157)
+    assert "| whole prompt | 74,000 | 91,403 -> 1,157 |" in capsys.readouterr().out
