@@ -9,17 +9,18 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 (6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
 kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). The default, 26: with more than 8 tiles a split, two
-consumer groups on alternate tiles, each waiting after every wgmma batch for the one before (so
-that both fit 224 registers with no serialized wgmma; variant 24), else one group (16), and 2-4
-splits merged by a CUDA combine kernel that the same call launches with programmatic dependent
-launch. Same
-interface, reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its
-splits are merged by that module's combine kernel, by csrc's (variants 21-25, few heads), or
-(variant 14, few heads, 2 splits) by the last split of each query to finish, inside the decode
-kernel (1.1 us slower than the Triton combine kernel at H16 B64, round 9). Built on first use by
-`torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel stays the
-portable path.
+(kernels/README.md, "The CUDA kernel"). The default, 27 (round 11): with more than 8 tiles a
+split, two consumer groups on alternate tiles, each waiting after every wgmma batch for the one
+before (so that both fit 224 registers with no serialized wgmma; variant 24), else one group (16);
+at 2 splits the two splits of a query run as a cluster of two CTAs that merge their partials
+through distributed shared memory, and 3-4 splits are merged by a CUDA combine kernel that the same
+call launches with programmatic dependent launch (26: that kernel at 2 splits too). Same interface,
+reference and tests as `kernels.sparse_decode.sparse_mla_decode`, NVFP4 only; its splits are
+merged by that module's combine kernel, by csrc's (variants 21-28, few heads), by the split pair's
+cluster (27, 28), or (variant 14, few heads, 2 splits) by the last split of each query to finish,
+inside the decode kernel (1.1 us slower than the Triton combine kernel at H16 B64, round 9). Built
+on first use by `torch.utils.cpp_extension.load` (needs nvcc and an sm_90 GPU); the Triton kernel
+stays the portable path.
 """
 
 import functools
@@ -75,14 +76,20 @@ VARIANTS = {
     25: "24 with the decode kernel letting the combine kernel launch as soon as all its CTAs run",
     26: "24's kernel at more than 8 tiles a split, else 16's (one consumer group); the CUDA "
     "combine at 2-4 splits, the Triton one at more",
+    27: "26 with the two splits of a query (at 2 splits) run as a cluster of two CTAs that merge "
+    "their partials through distributed shared memory: no partials in global memory, no combine "
+    "kernel",
+    28: "27 writing its phases' clock stamps into a buffer passed as counters (kernels/"
+    "probe_pieces.py; none without one)",
 }
-DEFAULT_VARIANT = 26
+DEFAULT_VARIANT = 27
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 27)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 29)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
-# few heads: the decode call launches csrc's combine kernel itself, up to this many splits
-CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | {26: 4}
+# few heads: the decode call merges its splits itself (csrc's combine kernel; 27, 28 at 2 splits:
+# the cluster), up to this many
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys((26, 27, 28), 4)
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

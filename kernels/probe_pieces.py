@@ -1,4 +1,4 @@
-"""Where the few-heads CUDA decode's time goes (issue 29, round 10): one call's pieces, timed.
+"""Where the few-heads CUDA decode's time goes (issue 29, rounds 10, 11): one call's pieces, timed.
 
     python3 -m kernels.probe_pieces --variants 15,16 [--out DIR]     (on the H200)
 
@@ -7,8 +7,9 @@ whole call (triton's do_bench, L2 flushed before every replay, median): the whol
 decode kernel alone, the combine kernel alone, a 4-byte fill (what one graph replay of one tiny
 kernel costs under this timer), and the decode kernel alone with 1..16 tiles per CTA at the same
 128 CTAs (a line through those: the fixed cost per launch and the cost per tile). Then the
-profiler's kernel durations for the whole call (decode, combine, the gap between them). Prints
-one table; writes probe_pieces.json under --out.
+profiler's kernel durations for the whole call (decode, combine, the gap between them), and for
+variant 28 the clock of each phase in every CTA (`stamped`). Prints one table; writes
+probe_pieces.json under --out.
 """
 
 import argparse
@@ -92,6 +93,43 @@ def profiled(fn, reps: int = 20) -> dict:
     return out
 
 
+STAMP_VARIANTS = (28,)  # csrc's kStamp: the phases' clocks of every CTA
+# stamp slots (decode_sm90.cu): 0 / 8 globaltimer ns at the start / end, 1 / 9 clock64 there,
+# 2..7 clock64 at: the loader's first copy issued, Q ready, tile 0's rows in, the tile loop done,
+# both CTAs of the pair staged, the merged output stored
+PHASES = {2: "first_copy", 3: "q_ready", 4: "tile0_in", 5: "loop_done", 6: "staged", 7: "stored"}
+
+
+def stamped(ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10) -> dict:
+    """Each phase's time from its CTA's start (median over CTAs, then over runs, us; clock64 at
+    the clock rate this CTA's globaltimer gives), the spread of the CTAs' starts and the first
+    start to the last end; L2 flushed before each run, as the timings are."""
+    dev = args[0].device
+    buf = torch.zeros(bsz * nsplit * 32, dtype=torch.int32, device=dev)
+    flush = torch.empty(256 << 20, dtype=torch.int8, device=dev)
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    rows = []
+    for _ in range(runs):
+        flush.zero_()
+        buf.zero_()
+        ext.decode(*args, v, buf)
+        torch.cuda.synchronize()
+        st = buf.view(torch.int64).view(-1, 16).cpu().double()
+        ghz = med(((st[:, 9] - st[:, 1]) / (st[:, 8] - st[:, 0])).tolist())
+        r = {"ghz": ghz}
+        for i, name in PHASES.items():
+            r[name] = med(((st[:, i] - st[:, 1]) / ghz / 1e3).tolist())
+        r["end"] = med(((st[:, 9] - st[:, 1]) / ghz / 1e3).tolist())
+        r["start_spread"] = (st[:, 0].max() - st[:, 0].min()).item() / 1e3
+        r["span"] = (st[:, 8].max() - st[:, 0].min()).item() / 1e3
+        rows.append(r)
+    return {k: med([r[k] for r in rows]) for k in rows[0]}
+
+
 def fit(sweep: dict) -> tuple[float, float]:
     """Least squares through (tiles, us): (us per tile, fixed us)."""
     xs, ys = list(sweep), list(sweep.values())
@@ -136,6 +174,9 @@ def probe_variant(q, cache, idx, v: int, sms: int) -> dict:
     r["kernel_by_tiles_us"] = sweep
     r["per_tile_us"], r["fixed_us"] = fit(sweep)
     r["kernel_all_padding_us"] = timed_us(partial(kernel, torch.full_like(idx, -1)))
+    if v in STAMP_VARIANTS and nsplit == 2:
+        args = (q, cache, idx, opart, lpart, out, lse, qk_scale, split_len, nsplit)
+        r["stamps_us"] = stamped(ext, args, bsz, nsplit, v)
     try:
         r["profile"] = profiled(full)
     except Exception as e:  # the timings above stand without it
@@ -177,6 +218,9 @@ def main() -> None:
             f" {r['combine_us']:7.1f} {r['kernel_plus_combine_us']:5.1f} {r['fixed_us']:6.1f}"
             f" {r['per_tile_us']:9.2f} {r['kernel_all_padding_us']:7.1f} | {prs}"
         )
+        if "stamps_us" in r:
+            print(f"    v{v} phases, us from a CTA's start:", {
+                k: round(x, 2) for k, x in r["stamps_us"].items()})  # fmt: skip
 
 
 if __name__ == "__main__":

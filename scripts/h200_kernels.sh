@@ -22,15 +22,16 @@ ROLLFLEET_CUDA_VERBOSE=1 timeout 300 python3 -c \
   "from kernels.cuda_decode import _ext; print('smem', _ext().smem_bytes())" > "$OUT/build.log" 2>&1
 echo "build rc=$? $((SECONDS - t0)) s"; grep -E "error|registers|spill|smem|C75" "$OUT/build.log"
 
-# Gate: the two simplest CUDA tests, per kernel variant (each in its own process, so that a hung
-# variant costs its time limit only); if every variant fails, nothing else runs the CUDA kernel.
+# Gate: the simplest CUDA tests (one split; two, merged), per kernel variant (each in its own
+# process, so that a hung variant costs its time limit only); if every variant fails, nothing else
+# runs the CUDA kernel.
 default_v=$(python3 -c "from kernels.cuda_decode import default_variant; print(default_variant())")
 ok_variants=""
 bad_k=""
 : > "$OUT/tests.log"
 for v in ${CUDA_VARIANTS:-$default_v}; do
   timeout 120 python3 -m pytest -x -q -p no:cacheprovider -o timeout=60 -o timeout_method=thread \
-    tests/kernels -k "(cuda_one_slot or cuda_zero_q) and v$v" >> "$OUT/tests.log" 2>&1
+    tests/kernels -k "(cuda_one_slot or cuda_zero_q or cuda_two_splits) and v$v" >> "$OUT/tests.log" 2>&1
   rc=$?; echo "cuda gate variant $v rc=$rc"
   if [ $rc = 0 ]; then ok_variants="$ok_variants,$v"; else tail -15 "$OUT/tests.log"; bad_k="$bad_k and not v$v"; fi
 done

@@ -42,8 +42,14 @@
 //     combine, 24 = 23 + 16's early decode, 25 = 24 + an early PDL trigger; 26 (the default for
 //     H <= 16) = 24 at more than 8 tiles a split (two groups pay off only there), else 16, and
 //     the CUDA combine at 2-4 splits only (its loop over more splits is slower than Triton's).
+//   27 with H <= 16 (issue 29, round 11): 26, but at 2 splits the query's two splits run as a
+//     cluster of two CTAs; each consumer group writes its O^T / l into the shared memory of the
+//     CTA that merges those dims (distributed shared memory), and after one cluster barrier each
+//     CTA merges and writes half of the output (merge_cluster_pair): no partials in global memory,
+//     no combine kernel. 28: 27 with each CTA's phase clocks written to p.counters (the probe).
 // Splits write fp32 partials and log2-sum-exps that kernels/sparse_decode.py's combine merges
-// (variant 14: the last split of each query merges them itself; 21-25: combine_splits_kernel).
+// (variant 14: the last split of each query merges them itself; 21-26 and 27, 28 at 3-4 splits:
+// combine_splits_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -174,6 +180,39 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
 }
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+// Clusters (variants 27, 28): this CTA's rank, the address of the same shared variable in CTA
+// `rank` of the cluster, and stores to it (distributed shared memory).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
+  return d;
+}
+__device__ __forceinline__ void st_dsmem4(uint32_t addr, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void st_dsmem1(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+// Variant 28 (kernels/probe_pieces.py): phase `i` of this CTA's timeline into p.counters, read as
+// int64 [B * nsplit][16]; nothing without a buffer (the ordinary calls and the tests).
+template <bool kStamp>
+__device__ __forceinline__ void stamp(const DecodeParams& p, int i, long long v) {
+  if constexpr (kStamp) {
+    if (p.counters != nullptr)
+      reinterpret_cast<long long*>(p.counters)[(blockIdx.z * p.nsplit + blockIdx.y) * 16 + i] = v;
+  }
+}
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
 }
 // No register fences around the waits: ptxas tracks wgmma's accumulators itself (it adds a wait
 // before any early read, C7517), while empty asm on them made it serialize every wgmma (C7514).
@@ -1415,7 +1454,8 @@ __device__ void permute_q(uint8_t* smem, int ct) {
 }
 
 // The loader of variants 8, 9: threads 0..63, one a row; tile k's rows into raw tile k % kHRaw once
-// the consumers have released tile k - kHRaw there.
+// the consumers have released tile k - kHRaw there. kStamp: when row 0's first copy was issued.
+template <bool kStamp = false>
 __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1,
                            int ntiles) {
   const int r = threadIdx.x;
@@ -1440,6 +1480,7 @@ __device__ void loader_reg(const DecodeParams& p, uint8_t* smem, int b, int t0, 
     } else {
       mbar_arrive(bar);
     }
+    if (kStamp && k == 0 && r == 0) stamp<kStamp>(p, 2, clock64());
     slot = next;
   }
 }
@@ -1505,6 +1546,72 @@ constexpr int kMergeMaxSplits = 512;  // merge_splits_last's weights fit the raw
 static_assert(kHRaw * kRawBytes >= (16 * kOStride + 4 + 16 * kMergeMaxSplits) * 4,
               "the merge's scratch in the raw ring");
 
+// Variants 27, 28 at 2 splits: the two splits of query b run as a cluster of two CTAs (rank =
+// split), and CTA `rank` merges dims 256 rank .. 256 rank + 255 of the 2 kNC partials (one per
+// consumer group of each CTA). Each group writes its O^T / l straight from registers into the
+// staging of the CTA that merges those dims, its own or the other's (distributed shared memory),
+// in a region of its own (not the raw ring, which the other CTA may still be reading), and its
+// log2-sum-exps into both; after one cluster barrier every CTA reads only its own shared memory,
+// so none waits for the other to finish reading before it exits. No partials in global memory,
+// no combine kernel; combine_splits_kernel's arithmetic.
+constexpr int kSStride = 260;  // floats per staged (part, head) row: 256 dims, 16-byte rows
+constexpr int kHOffStage = kHOffBar + 2 * kHRaw * 8;             // [2 kNC parts][16][kSStride]
+constexpr int kHOffStageL = kHOffStage + 4 * 16 * kSStride * 4;  // [2 kNC parts][16] log2-sum-exp
+constexpr int kHSmemPair = kHOffStageL + 4 * 16 * 4 + 1024;
+static_assert(kHOffStage % 16 == 0 && kHSmemPair <= 227 * 1024, "few-heads v27 layout");
+// The merge, once every part is staged: t = 0 .. 128 kNC - 1, every consumer thread.
+template <int kNC, bool kStamp>
+__device__ void merge_cluster_pair(const DecodeParams& p, const uint8_t* smem, int b,
+                                   uint32_t rank, int t) {
+  constexpr int kParts = 2 * kNC, kPer = 8 / kNC;  // partials; chunks of 4 dims a thread
+  const float* stage = reinterpret_cast<const float*>(smem + kHOffStage);
+  const float* lsum = reinterpret_cast<const float*>(smem + kHOffStageL);
+  float4 v[kPer][kParts];
+  float lw[kPer][kParts];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {  // every load issued before the first use
+    const int id = t + 128 * kNC * i, hh = id >> 6, c = id & 63;
+#pragma unroll
+    for (int s = 0; s < kParts; ++s) {
+      v[i][s] = *reinterpret_cast<const float4*>(stage + (16 * s + hh) * kSStride + 4 * c);
+      lw[i][s] = lsum[16 * s + hh];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int id = t + 128 * kNC * i, hh = id >> 6, c = id & 63;
+    float mx = lw[i][0];
+#pragma unroll
+    for (int s = 1; s < kParts; ++s) mx = fmaxf(mx, lw[i][s]);
+    const float mu = mx == -kInf ? 0.f : mx;  // no -inf - -inf
+    float tot = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < kParts; ++s) {
+      const float w = exp2f(lw[i][s] - mu);
+      tot += w;
+      acc.x += w * v[i][s].x;
+      acc.y += w * v[i][s].y;
+      acc.z += w * v[i][s].z;
+      acc.w += w * v[i][s].w;
+    }
+    if (hh < p.heads) {
+      const float inv = tot > 0.f ? 1.f / tot : 0.f;
+      uint16_t* dst = p.out + b * p.stride_ob + hh * p.stride_oh + 256 * rank + 4 * c;
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 2) =
+          __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+      if (rank == 0 && c == 0)
+        p.lse[b * p.heads + hh] = tot > 0.f ? (mu + log2f(tot)) * 0.6931471805599453f : -kInf;
+    }
+  }
+  if (kStamp && t == 0) {
+    stamp<kStamp>(p, 7, clock64());
+    stamp<kStamp>(p, 8, global_ns());
+    stamp<kStamp>(p, 9, clock64());
+  }
+}
+
 // The consumers of variants 8 (kNC = 1: threads 128..255) and 9 (kNC = 2: 128..255 take even
 // tiles, 256..383 odd ones). Softmax, P^T and the epilogue as consumer_few; fragments as above.
 // kFuse (variant 14): with p.counters set and several splits, the last split merges them.
@@ -1516,7 +1623,10 @@ static_assert(kHRaw * kRawBytes >= (16 * kOStride + 4 + 16 * kMergeMaxSplits) * 
 // fragments are live (up to 36 x 4 registers otherwise), room for two consumer groups at 224.
 // 4 (variant 24): 3 + 1's early decode; 5 (25): 4 + the kernel lets its dependent launch (the
 // combine kernel, PDL) start as soon as every CTA runs (griddepcontrol.launch_dependents).
-template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
+// kCluster (variants 27, 28, 2 splits): each group stages its partial where it is merged, in this
+// CTA or the other split's of the cluster (merge_cluster_pair). kStamp (28): the phases' clocks.
+template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0, bool kCluster = false,
+          bool kStamp = false>
 __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int split, int ntiles) {
   const int cx = threadIdx.x - 128;
   // the group from lane 0: a value ptxas knows is warp-uniform, so the tile loop below is not a
@@ -1542,6 +1652,11 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   }
   bar_sync_n(4, 128 * kNC);  // Q permuted (fenced for the async proxy) and its scale
   if (cg == 1) qk = *qks;
+  if constexpr (kStamp) {
+    if (cx == 0) stamp<kStamp>(p, 3, clock64());
+    if (cg == 0) mbar_wait(full, 0);  // tile 0's rows (the loop's first wait, made here)
+    if (cx == 0) stamp<kStamp>(p, 4, clock64());
+  }
   const uint64_t dq = desc(base + kHOffQ, 16, 1024);                    // B: Q, K-major
   const uint32_t pt = base + kHOffPT + cg * kFewQBlock;
   const uint64_t dpt = desc(pt, 16, 1024);                              // B: P^T, K-major
@@ -1782,6 +1897,7 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
     if (kPipe < 2) wgmma_wait<0>();  // kPipe 2: the next tile's S^T wait covers these
   }
   if (kPipe == 2) wgmma_wait<0>();
+  if (kStamp && cx == 0) stamp<kStamp>(p, 5, clock64());
 
   // Sums over the rows: the 8 lanes of a column, then the 4 warps.
 #pragma unroll
@@ -1803,6 +1919,36 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
       const int hh = 8 * j + 2 * c4 + e;
       lt[2 * j + e] = reds[hh] + reds[16 + hh] + reds[32 + hh] + reds[48 + hh];
     }
+  if constexpr (kCluster) {  // O^T / l to the CTA that merges its dims (16 q8 .. + 15: half q8 / 16)
+    const uint32_t rank = cluster_rank(), half = q8 >> 4;
+    const int part = kNC * rank + cg;
+    const uint32_t stage = mapa_shared(base + kHOffStage, half);
+    asm volatile("barrier.cluster.wait;\n" ::: "memory");  // the start's phase: the other CTA runs
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * j + e, hh = 8 * j + 2 * c4 + e;
+        const float iv = lt[i] > 0.f ? 1.f / lt[i] : 0.f;
+        const uint32_t row = stage + 4 * ((16 * part + hh) * kSStride + 16 * (q8 & 15));
+#pragma unroll
+        for (int k = 0; k < 4; ++k)  // dims 4k .. 4k + 3 of the 16: m-blocks 2k, 2k + 1
+          st_dsmem4(row + 16 * k,
+                    make_float4(o[2 * k][4 * j + e] * iv, o[2 * k][4 * j + 2 + e] * iv,
+                                o[2 * k + 1][4 * j + e] * iv, o[2 * k + 1][4 * j + 2 + e] * iv));
+        if (wq == 0 && g == 0) {
+          const float l2 = lt[i] > 0.f ? m[i] + log2f(lt[i]) : -kInf;
+          const uint32_t at = base + kHOffStageL + 4 * (16 * part + hh);
+          st_dsmem1(mapa_shared(at, 0), l2);
+          st_dsmem1(mapa_shared(at, 1), l2);
+        }
+      }
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");  // every part staged here
+    if (kStamp && cx == 0) stamp<kStamp>(p, 6, clock64());
+    merge_cluster_pair<kNC, kStamp>(p, smem, b, rank, cx);
+    return;
+  }
   // O^T staged as fp32 [16 heads][kOStride] in the raw ring: every tile has been read (each
   // group waits for both below), and the loader issued its last copy before that.
   float* ost = reinterpret_cast<float*>(smem + kHOffRaw);
@@ -1895,7 +2041,8 @@ __device__ void consumer_reg(const DecodeParams& p, uint8_t* smem, int b, int sp
   if (kFuse && p.nsplit > 1 && p.counters != nullptr) merge_splits_last(p, ost, b, split, ct, bar_id);
 }
 
-template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0>
+template <int kNC, int kDec = 0, bool kFuse = false, int kPipe = 0, bool kCluster = false,
+          bool kStamp = false>
 __global__ void __launch_bounds__(128 + 128 * kNC, 1)
     decode_few3_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1905,6 +2052,16 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
   const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
   const int ntiles = (t1 - t0 + kTile - 1) / kTile;
   const uint32_t bar = smem_u32(smem + kHOffBar);
+  if (kStamp && threadIdx.x == 0) {
+    stamp<kStamp>(p, 0, global_ns());
+    stamp<kStamp>(p, 1, clock64());
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    stamp<kStamp>(p, 10, sm);
+  }
+  // the other CTA of the cluster writes into this one's shared memory at the end: every thread's
+  // arrival here says that this CTA runs (the consumers wait for it before their remote stores)
+  if constexpr (kCluster) asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < kHRaw; ++i) {
@@ -1917,10 +2074,10 @@ __global__ void __launch_bounds__(128 + 128 * kNC, 1)
   if constexpr (kPipe == 5) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (threadIdx.x < 128) {
     if (kNC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kHLoaderRegs));
-    if (threadIdx.x < 64) loader_reg(p, smem, b, t0, t1, ntiles);
+    if (threadIdx.x < 64) loader_reg<kStamp>(p, smem, b, t0, t1, ntiles);
   } else {
     if (kNC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kHConsumerRegs));
-    consumer_reg<kNC, kDec, kFuse, kPipe>(p, smem, b, split, ntiles);
+    consumer_reg<kNC, kDec, kFuse, kPipe, kCluster, kStamp>(p, smem, b, split, ntiles);
   }
 #else
   __trap();
@@ -1937,6 +2094,31 @@ cudaError_t launch_few3(const DecodeParams& p, cudaStream_t stream) {
   const dim3 grid(1, p.nsplit, p.batch);
   decode_few3_kernel<kNC, kDec, kFuse, kPipe><<<grid, 128 + 128 * kNC, kHSmem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// Variants 27, 28 at 2 splits: decode_few3_kernel with each query's two splits as a cluster of two
+// CTAs (1 x 2 x 1), which merge them (merge_cluster_pair), and room for the staging.
+template <int kNC, int kDec, bool kFuse, int kPipe, bool kStamp>
+cudaError_t launch_few3_pair(const DecodeParams& p, cudaStream_t stream) {
+  auto* kernel = decode_few3_kernel<kNC, kDec, kFuse, kPipe, true, kStamp>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmemPair);
+  if (attr != cudaSuccess) return attr;
+  if (p.nsplit != 2) return cudaErrorInvalidValue;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 1;
+  at[0].val.clusterDim.y = 2;
+  at[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, 2, p.batch);
+  cfg.blockDim = dim3(128 + 128 * kNC);
+  cfg.dynamicSmemBytes = kHSmemPair;
+  cfg.stream = stream;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 // Variants 21, 22 (round 10): the splits' partials merged by a CUDA kernel launched right behind
@@ -2132,6 +2314,21 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
       if (p.heads > kFewHeads) return launch<5>(p, stream);
       const cudaError_t e = p.split_len > 8 * kTile ? launch_few3<2, 1, false, 4>(p, stream)
                                                      : launch_few3<1, 1, true, 1>(p, stream);
+      const bool combine = p.nsplit > 1 && p.nsplit <= 4;
+      return e != cudaSuccess || !combine ? e : launch_combine(p, stream, true);
+    }
+    case 27:  // 26 with the two splits of a query merged by their cluster (no combine kernel)
+    case 28: {  // 27 with the phases' clocks in p.counters (kernels/probe_pieces.py)
+      if (p.heads > kFewHeads) return launch<5>(p, stream);
+      const bool two = p.split_len > 8 * kTile;
+      if (p.nsplit == 2 && p.variant == 27)
+        return two ? launch_few3_pair<2, 1, false, 4, false>(p, stream)
+                   : launch_few3_pair<1, 1, true, 1, false>(p, stream);
+      if (p.nsplit == 2)
+        return two ? launch_few3_pair<2, 1, false, 4, true>(p, stream)
+                   : launch_few3_pair<1, 1, true, 1, true>(p, stream);
+      const cudaError_t e = two ? launch_few3<2, 1, false, 4>(p, stream)
+                                : launch_few3<1, 1, true, 1>(p, stream);
       const bool combine = p.nsplit > 1 && p.nsplit <= 4;
       return e != cudaSuccess || !combine ? e : launch_combine(p, stream, true);
     }

@@ -200,6 +200,22 @@ def test_cuda_matches_reference_small(
 @pytest.mark.gpu
 @sm90
 @variants
+@pytest.mark.parametrize(("heads", "topk"), [(16, 2048), (12, 448)])
+def test_cuda_two_splits_match_reference(
+    variant: int, heads: int, topk: int, gen: torch.Generator
+) -> None:
+    # Two splits at few heads, as H16 B64 runs: 16 tiles a split (two consumer groups from variant
+    # 24 on) or 4 (one group), merged by a combine kernel, by the last split (14) or by the split
+    # pair's cluster (27, 28); ragged, so that whole splits see only padding.
+    _check(
+        KVFormat.NVFP4, bsz=5, heads=heads, topk=topk, pool=1 << 12, gen=gen, config=None,
+        rtol=1e-2, decode=_cuda(2, variant),
+    )  # fmt: skip
+
+
+@pytest.mark.gpu
+@sm90
+@variants
 @pytest.mark.parametrize("heads", [64, 16])
 def test_cuda_one_slot_returns_its_row(variant: int, heads: int, gen: torch.Generator) -> None:
     # One valid slot per query: softmax is exactly 1, so out must be that row's dequantized
