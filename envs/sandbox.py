@@ -86,8 +86,10 @@ def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
 
-def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy) -> list[str]:
-    """The bwrap command line that runs `argv` in `workdir` under `policy`."""
+def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy,
+         source: Path | None = None) -> list[str]:
+    """The bwrap command line that runs `argv` in `workdir` under `policy`; `source`: the
+    folder bound at `workdir` (default: `workdir` itself)."""
     if not policy.isolate:
         return argv
     if not bwrap_available():
@@ -113,7 +115,7 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy) -> list[str]:
     for root in hidden:
         if _under(str(workdir), root):
             args += _mount_point(str(workdir), root)
-    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir),
+    args += ["--bind", str(source or workdir), str(workdir), "--chdir", str(workdir),
              "--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", str(workdir), "--"]
     return args + argv
 

@@ -19,15 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envs.sandbox import (
-    SandboxPolicy,
-    as_user,
-    launch,
-    limits,
-    setup_failure,
-    stop,
-    wrap,
-)
+from envs.lease import SessionLease
+from envs.sandbox import SandboxPolicy, setup_failure, stop
 
 SERVER_SOURCE = (Path(__file__).with_name("exec_server.py")).read_text()
 REPLY_GRACE_S = 10.0  # past a command's timeout, the server's answer is overdue: it is stuck
@@ -37,11 +30,9 @@ KILLED = 128 + 9  # a command whose server was killed under it: as a shell repor
 class SessionSandbox:
     """A session's bwrap and the exec server inside it; started on the first command."""
 
-    def __init__(self, workdir: Path, home: Path, policy: SandboxPolicy, uid: int | None,
-                 groups: list[Path]) -> None:
-        """`groups`: the session's cgroup folders (none: no cgroup)."""
-        self.workdir, self.home, self.policy, self.uid, self.groups = (workdir, home, policy,
-                                                                        uid, groups)
+    def __init__(self, lease: SessionLease, policy: SandboxPolicy) -> None:
+        self.lease, self.policy = lease, policy
+        self.workdir, self.home = lease.repo, lease.home
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
 
@@ -74,8 +65,7 @@ class SessionSandbox:
         argv = [sys.executable, "-I", "-S", "-c", SERVER_SOURCE, str(inner.fileno())]
         with open(self.home / "exec-server.log", "ab") as log:
             self._proc = subprocess.Popen(
-                launch(wrap(as_user(argv, self.uid), self.workdir, self.policy), self.groups,
-                       limits(self.policy)),
+                self.lease.command(argv, self.policy),
                 cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(inner.fileno(),), start_new_session=True)
         inner.close()

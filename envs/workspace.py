@@ -15,13 +15,10 @@ from pathlib import Path
 from envs.lease import SessionLease
 from envs.sandbox import (
     SandboxPolicy,
-    as_user,
     give_to_sandbox,
     launch,
-    limits,
     setup_failure,
     stop,
-    wrap,
 )
 from envs.session_sandbox import SessionSandbox
 
@@ -175,8 +172,7 @@ class Workspace:
                             if history else None)
             give_to_sandbox(self.path, self.lease.uid)
             if policy.persistent and policy.isolate:
-                self._session = SessionSandbox(self.path, self.home, policy, self.lease.uid,
-                                               self.lease.groups)
+                self._session = SessionSandbox(self.lease, policy)
         except BaseException:
             self.close()
             raise
@@ -228,11 +224,9 @@ class Workspace:
     def _run_alone(self, argv: list[str], env: dict[str, str], timeout_s: float,
                    out) -> tuple[int | None, bool]:
         """A sandbox of its own for one command."""
-        proc = subprocess.Popen(launch(wrap(as_user(argv, self.lease.uid), self.path,
-                                            self.policy), self.lease.groups,
-                                       limits(self.policy)),
-                                cwd=self.path, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(self.lease.command(argv, self.policy), cwd=self.path, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
             timed_out = False

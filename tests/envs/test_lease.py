@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from envs import EnvConfig, Environment
-from envs.lease import UID_LOCKS, start_time
+from envs.lease import MOUNTS, UID_LOCKS, start_time
 from envs.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,11 @@ def _mounted(path: Path) -> bool:
                for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
+def _repo(home: Path) -> Path:
+    """Where a session's tmpfs is mounted: its scratch root's rf-mounts."""
+    return home.parent / MOUNTS / home.name
+
+
 def _running(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -57,7 +62,7 @@ def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
     stray, homes = int(stray), [Path(h) for h in homes]
     owner.kill()
     owner.wait()
-    assert all(h.is_dir() and _mounted(h / "repo") for h in homes)
+    assert all(h.is_dir() and _mounted(_repo(h)) for h in homes)
     assert all(g.is_dir() for g in groups)
     (homes[1] / "cgroups").unlink()
     live = Workspace(lambda d: None, root=scratch)
@@ -67,7 +72,7 @@ def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
         folder.mkdir()
     try:
         Environment(EnvConfig(scratch_dir=str(scratch)))  # start-up
-        assert not any(h.exists() or _mounted(h / "repo") for h in homes)
+        assert not any(h.exists() or _mounted(_repo(h)) or _repo(h).exists() for h in homes)
         assert not reused.exists() and not any(g.exists() for g in groups)
         if groups:  # the escaped process went with its cgroup
             assert not _running(stray)
@@ -88,7 +93,7 @@ def test_close_gives_everything_back(tmp_path):
     start = time.perf_counter()
     ws.close()
     assert time.perf_counter() - start < 2
-    assert not ws.home.exists() and not _mounted(ws.path)
+    assert not ws.home.exists() and not _mounted(ws.path) and not ws.path.exists()
     assert not any(g.exists() for g in groups)
     if groups:
         assert stray.wait(timeout=5) == -9
