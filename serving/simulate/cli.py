@@ -13,126 +13,44 @@ limit). Commands:
              (`simulate.jobs=2`: two replays side by side, one per core)
   recommend  the P:D ratio and group count for `simulate.sessions` at `simulate.target_tok_s`
   layouts    a TP8 worker's KV transfer per turn, per-layer vs block-major (descriptor model)
+  calibrate  fit the knobs the seed does not publish to its 1P:4D, 66-session, 101 tok/s point,
+             then predict its other figures at them (`simulate.seeds`: repeats for intervals)
+  plan       the fewest GPUs (any P:D counts, TP per role) that serve `simulate.sessions`
+             at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s`
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import platform
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
 from rollfleet.paths import CONF, cache_dir
 from serving.config import ServingConfig
-from serving.simulate import kv_layouts, offline, perf, workload
-from serving.simulate.config import SimulateConfig, topology
+from serving.simulate import (
+    calibrate,
+    kv_layouts,
+    pareto,
+    perf,
+    planner,
+    predict,
+    sensitivity,
+    workload,
+)
+from serving.simulate.config import SimulateConfig
 from serving.simulate.published import PUBLISHED
+from serving.simulate.sim import Sim, fleet_name
 from serving.simulate.table import print_table
 
-COMMANDS = ("run", "seed", "sweep", "recommend", "layouts")
+COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate")
 RATIOS = (1, 2, 3, 4, 5, 6)
-CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
-log = logging.getLogger("serving.simulate")
-
-
-class Sim:
-    """One configured simulation: serving topology x hardware x workload."""
-
-    def __init__(self, serving: ServingConfig, cfg: SimulateConfig, work_dir: Path,
-                 cache_dir: Path) -> None:
-        self.serving, self.cfg, self.work_dir, self.cache_dir = serving, cfg, work_dir, cache_dir
-        self.topo = topology(serving)
-        self.shapes = (None if cfg.workload == "seed"
-                       else workload.read_records(Path(cfg.workload).expanduser()))
-        probe = self.sessions(64)
-        self.spec = perf.PerfSpec(
-            system=cfg.system, backend=cfg.perf_backend, tp=self.topo["tp"],
-            moe_ep=self.topo["tp"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
-            mean_prefix=workload.mean_prefix(probe),
-            max_batched_tokens=self.topo["prefill_batched_tokens"])
-        self.profile = perf.build_profile(self.spec, cache_dir / "sim")
-        self.budget = perf.kv_budget_bytes(self.spec, cfg.gpu_memory_utilization)
-        self.runs = 0
-
-    def sessions(self, count: int) -> list[list[workload.Turn]]:
-        c = self.cfg
-        if self.shapes is None:
-            shape = workload.SeedShape(c.first_prompt, c.growth, c.max_prompt, c.output, c.tool_s)
-            return workload.seed_sessions(shape, count, c.seed)
-        return workload.record_sessions(self.shapes, count, c.token_scale, c.seed)
-
-    def capacity(self, kv_cache_dtype: str | None = None) -> int:
-        return int(self.budget // perf.kv_bytes_per_token(kv_cache_dtype
-                                                          or self.topo["kv_cache_dtype"]))
-
-    def fleet(self, groups: int = 1, decode: int | None = None, agg: bool = False,
-              kv_cache_dtype: str | None = None) -> offline.Fleet:
-        t, c = self.topo, self.cfg
-        dtype = kv_cache_dtype or t["kv_cache_dtype"]
-        prefill = t["prefill"] or 1
-        dec = t["decode"] if decode is None else decode
-        extra: dict[str, Any] = {}
-        if c.host_kv_tokens:
-            extra = {"native_host_offload": {"num_host_blocks": c.host_kv_tokens // offline.BLOCK,
-                                             "d2h_bandwidth_gbps": c.host_gbps,
-                                             "h2d_bandwidth_gbps": c.host_gbps},
-                     "kv_cache_bytes_per_token": perf.kv_bytes_per_token(dtype)}
-        agg_workers = 0
-        if agg:  # the same GPUs, every worker doing both phases
-            agg_workers = groups * (prefill + dec)
-        elif not t["prefill"]:
-            agg_workers = groups * (t["agg"] or 1)
-        return offline.Fleet(
-            prefill_workers=groups * prefill, decode_workers=groups * dec,
-            agg_workers=agg_workers, kv_blocks=self.capacity(dtype) // offline.BLOCK,
-            kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=c.transfer_gbps,
-            profile=str(self.profile), decode_speedup=self.spec.decode_speedup,
-            prefill_batched_tokens=t["prefill_batched_tokens"], extra=extra)
-
-    def run(self, fleet: offline.Fleet, lanes: int, policy: str | None = None) -> dict:
-        policy = policy or self.cfg.policy
-        count = lanes * max(2, self.cfg.lifetimes)
-        trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
-                                     self.sessions(count))
-        if self.cfg.mode == "live":
-            from serving.simulate.live import run_live
-
-            result = run_live(self, fleet, lanes, policy)
-        else:
-            lo = lanes if self.cfg.lifetimes >= 3 else lanes // 2
-            result = offline.run(trace, fleet, lanes, policy, measure=(lo, count - lanes))
-        self.runs += 1
-        result["ok"] = self.meets(result)
-        log.info("%s lanes=%d %s: %.1f tok/s/user, TTFT p90 %.2f s, %.1f s", policy, lanes,
-                 _fleet_name(fleet), result["tok_s_user"], result["ttft_p90_s"], result["wall_s"])
-        return result
-
-    def meets(self, r: dict) -> bool:
-        return (r["tok_s_user"] >= self.cfg.target_tok_s and r["ttft_p90_s"] <= self.cfg.ttft_slo_s)
-
-    def max_sessions(self, fleet: offline.Fleet, policy: str | None = None,
-                     steps: tuple[int, ...] = CAPACITY_STEPS, scale: int = 1) -> tuple[int, dict]:
-        """The most sessions (of `steps` x `scale`) that still meet the target; stops at the
-        first step that misses it."""
-        best, best_run = 0, {}
-        for step in steps:
-            r = self.run(fleet, step * scale, policy)
-            if not r["ok"]:
-                return best, best_run or r
-            best, best_run = step * scale, r
-        return best, best_run
-
-
-def _fleet_name(f: offline.Fleet) -> str:
-    return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,10 +59,10 @@ def cmd_run(sim: Sim) -> dict:
     r = sim.run(fleet, sim.cfg.sessions)
     print_table(["fleet", "sessions", "policy", "tok/s/user", "p10", "TTFT p50 s", "TTFT p90 s",
                  "ITL p90 ms", "prefix reuse", "ok", "wall s"],
-                [[_fleet_name(fleet), sim.cfg.sessions, r["policy"], r["tok_s_user"],
+                [[fleet_name(fleet), sim.cfg.sessions, r["policy"], r["tok_s_user"],
                   r["tok_s_user_p10"], r["ttft_p50_s"], r["ttft_p90_s"], r["itl_p90_ms"],
                   f"{r['prefix_reuse']:.0%}", r["ok"], r["wall_s"]]])
-    return {"fleet": _fleet_name(fleet), "result": r}
+    return {"fleet": fleet_name(fleet), "result": r}
 
 
 def cmd_seed(sim: Sim) -> dict:
@@ -310,6 +228,153 @@ def cmd_layouts(sim: Sim) -> dict:
     return kv_layouts.run(sim.cfg, sim.topo["kv_cache_dtype"], sim.sessions(256))
 
 
+def cmd_plan(sim: Sim) -> dict:
+    cfg = sim.cfg
+    runs: dict[planner.Shape, dict] = {}
+
+    def meets(shape: planner.Shape) -> bool:
+        fleet = sim.shape_fleet(shape)
+        if fleet is None:
+            runs[shape] = {"ok": False, "fits": False}
+            return False
+        runs[shape] = sim.run(fleet, cfg.sessions)
+        return runs[shape]["ok"]
+
+    best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode,
+                                    cfg.plan_tps)
+    rows = []
+    for s in judged:
+        r = runs[s]
+        rows.append([s.name, s.gpus, *((r["tok_s_user"], r["ttft_p90_s"],
+                                        r["output_tok_s"] / s.gpus, r["ok"])
+                                       if r.get("fits", True) else ("-", "-", "-",
+                                                                     "weights do not fit"))])
+    table = print_table(["fleet", "GPUs", "tok/s/user", "TTFT p90 s", "tok/s per GPU", "ok"],
+                        rows)
+    grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, cfg.plan_tps))
+    if best is None:
+        print(f"no fleet up to {cfg.plan_max_prefill}P:{cfg.plan_max_decode}D at TP "
+              f"{list(cfg.plan_tps)} serves {cfg.sessions} sessions at >= "
+              f"{cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s")
+    else:
+        print(f"smallest fleet: {best.name}, {best.gpus} GPUs, for {cfg.sessions} sessions at "
+              f">= {cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s "
+              f"({len(judged)} of {grid} fleets simulated)")
+    return {"table": table, "best": vars(best) if best else None, "grid": grid,
+            "judged": [{**vars(s), "gpus": s.gpus, **runs[s]} for s in judged]}
+
+
+def cmd_calibrate(sim: Sim) -> dict:
+    cfg, p = sim.cfg, PUBLISHED
+    sessions = p["sessions_per_prefill_group"]
+
+    made: list[Sim] = []
+
+    def at(knobs: dict[str, float], seed: int = cfg.seed) -> Sim:
+        typed_knobs = {k: type(getattr(cfg, k))(v) for k, v in knobs.items()}
+        made.append(Sim(sim.serving, replace(cfg, seed=seed, **typed_knobs), sim.work_dir,
+                        sim.cache_dir))
+        return made[-1]
+
+    def measure(knobs: dict[str, float], seed: int = cfg.seed) -> dict:
+        one = at(knobs, seed)
+        return one.run(one.fleet(1), sessions)
+
+    if cfg.calibrated:  # a committed fit's knobs: predictions without fitting again
+        knobs = json.loads(Path(cfg.calibrated).read_text())["calibration"]["knobs"]
+        fit = calibrate.Fit(knobs, measure(knobs), [])
+    else:
+        fit = calibrate.fit(measure, p["tok_s_user"], cfg.ttft_slo_s)
+    print(f"\ncalibration: 1P:4D, {sessions} sessions, to {p['tok_s_user']:.0f} tok/s per user "
+          f"with TTFT p90 at the SLO ({cfg.ttft_slo_s:.0f} s); "
+          + (f"knobs from {cfg.calibrated}" if cfg.calibrated
+             else f"{len(fit.steps)} simulations"))
+    cal_table = print_table(
+        ["knob", "value", "plausible range", "fitted to", "source"],
+        [[k.name, f"{fit.knobs[k.name]:.3g}"
+          + ("" if k.low <= fit.knobs[k.name] <= k.high else " (OUTSIDE its range)"),
+          f"{k.low:.3g} - {k.high:.3g}", k.fitted_to or "pinned", k.source]
+         for k in calibrate.KNOBS.values()])
+    seeds = range(cfg.seed, cfg.seed + max(1, cfg.seeds))
+    point = [fit.result] + [measure(fit.knobs, s) for s in seeds[1:]]
+    itl = [predict.itl(at(fit.knobs, s), sessions) for s in seeds]
+    fitted = at(fit.knobs)
+    kv = predict.kv_tokens(fitted)
+    ratios = predict.best_ratio(fitted) if cfg.predict_ratios else None
+    transfer = kv_layouts.run(cfg, sim.topo["kv_cache_dtype"], sim.sessions(256))
+    whole = transfer["cases"]["whole prompt"]
+    rows = [
+        ["fit: tok/s per user at 1P:4D, 66 sessions", p["tok_s_user"],
+         interval([r["tok_s_user"] for r in point]), "fitted"],
+        ["fit: TTFT p90 there (s)", "-", interval([r["ttft_p90_s"] for r in point]),
+         f"fitted to <= {cfg.ttft_slo_s:.0f}"],
+        ["fit: the group's output (tok/s), prefix reuse", "-",
+         f"{interval([r['output_tok_s'] for r in point], 0)}, "
+         f"{interval([100 * r['prefix_reuse'] for r in point], 0)}%", "-"],
+        ["p90 ITL, 1P:4D vs the same 5 workers aggregated, 66 sessions (reduction, %)",
+         f"{100 * p['itl_p90_reduction']:.0f}", interval([100 * x["reduction"] for x in itl], 0),
+         err([x["reduction"] for x in itl], p["itl_p90_reduction"])],
+        ["a decoder's KV tokens, 576-byte rows (M)", f"{p['fp8_tokens'] / 1e6:.2f}",
+         f"{kv['fp8'] / 1e6:.2f}", err([kv["fp8"]], p["fp8_tokens"])],
+        ["a decoder's KV tokens, 352-byte rows (M)", f"{p['nvfp4_tokens'] / 1e6:.2f}",
+         f"{kv['nvfp4'] / 1e6:.2f}", err([kv["nvfp4"]], p["nvfp4_tokens"])],
+        ["  their ratio", f"{p['nvfp4_tokens'] / p['fp8_tokens']:.2f}", f"{kv['ratio']:.2f}",
+         err([kv["ratio"]], p["nvfp4_tokens"] / p["fp8_tokens"])],
+        ["KV descriptors of a TP8 worker's turn, per-layer -> block-major",
+         f"{p['per_layer_descriptors']:,} -> {p['block_major_descriptors']:,}",
+         f"{whole['per_layer']:,} -> {whole['block_major']:,}",
+         f"{err([whole['per_layer']], p['per_layer_descriptors'])} / "
+         f"{err([whole['block_major']], p['block_major_descriptors'])}"],
+        ["its transfer time (ms)", f"{p['per_layer_ms']:.0f} -> {p['block_major_ms']:.0f}",
+         f"{whole['per_layer_ms']:.0f} -> {whole['block_major_ms']:.0f}",
+         f"{err([whole['per_layer_ms']], p['per_layer_ms'])} / "
+         f"{err([whole['block_major_ms']], p['block_major_ms'])}"],
+    ]
+    if ratios:
+        rows.append(["the P:D ratio serving most sessions per GPU (1:2 ... 1:6, 2:k)", "1:4",
+                     ratios["best"] or "none", "hit" if ratios["best"] == "1:4" else "miss"])
+    print(f"\npredictions at the fitted knobs, not refitted ({len(seeds)} seeds: mean "
+          "[min - max])")
+    pred_table = print_table(["figure", "published", "predicted", "error"], rows)
+    if ratios:
+        print_table(["P:D", "GPUs", "sessions at the target", "sessions per GPU",
+                     "tok/s/user there", "TTFT p90 s there"],
+                    [[r["ratio"], r["gpus"], r["sessions"], f"{r['sessions_per_gpu']:.2f}",
+                      r["run"].get("tok_s_user", "-"), r["run"].get("ttft_p90_s", "-")]
+                     for r in ratios["rows"]])
+    title = f"GLM-5.3 1P:4D on {cfg.system}, calibrated ({perf.version_label(fitted.spec)})"
+    sweeps = None
+    if cfg.sensitivity_plot:
+        sweeps = sensitivity.sweep(measure, fit.knobs)
+        sensitivity.plot(sweeps, fit.knobs, Path(cfg.sensitivity_plot), title, cfg.target_tok_s,
+                         cfg.ttft_slo_s)
+    points = [{"label": r["ratio"], "per_user": x["tok_s_user"],
+               "per_gpu": x["output_tok_s"] / r["gpus"], "sessions": x["sessions"]}
+              for r in (ratios or {}).get("rows", []) for x in r["runs"]]
+    if cfg.pareto_plot and points:
+        pareto.plot(points, Path(cfg.pareto_plot), title, cfg.target_tok_s)
+    sim.runs += sum(one.runs for one in made)
+    return {"table": cal_table + "\n\n" + pred_table,
+            "calibration": {"knobs": fit.knobs, "result": fit.result, "steps": fit.steps,
+                            "sources": {k.name: vars(k) for k in calibrate.KNOBS.values()},
+                            "seeds": list(seeds), "point": point},
+            "predictions": {"itl": itl, "kv_tokens": kv, "ratios": ratios,
+                            "transfer": transfer["cases"]},
+            "sensitivity": sweeps, "pareto": {"points": points, "front": pareto.front(points)}}
+
+
+def interval(values: list[float], nd: int = 1) -> str:
+    """Mean, and [min - max] over seeds when there are several."""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.{nd}f}"
+    return f"{mean:.{nd}f} [{min(values):.{nd}f} - {max(values):.{nd}f}]"
+
+
+def err(values: list[float], published: float) -> str:
+    return f"{(sum(values) / len(values)) / published - 1:+.0%}"
+
+
 # ---------------------------------------------------------------------------------------------
 def load(argv: list[str]) -> tuple[ServingConfig, SimulateConfig, str | None, str | None]:
     from hydra import compose, initialize_config_dir
@@ -359,7 +424,8 @@ def _main(argv: list[str]) -> int:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         print(f"perf model: {perf.version_label(sim.spec)}", flush=True)
         result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
-                  "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts}[f"cmd_{command}"](sim)
+                  "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts,
+                  "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate}[f"cmd_{command}"](sim)
     elapsed = time.monotonic() - t0
     print(f"{sim.runs} simulations in {elapsed:.0f} s", flush=True)
     if cfg.out:

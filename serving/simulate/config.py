@@ -22,6 +22,8 @@ class SimulateConfig:
     system: str = one_of("gb200", SYSTEMS)
     perf_backend: str = one_of("vllm", PERF_BACKENDS)  # whose measured kernel times
     mtp_acceptance: float = 0.85  # P(the MTP draft token is accepted)
+    prefill_efficiency: float = 1.0  # the perf data's prefill times are divided by this
+    decode_efficiency: float = 1.0  # and its decode step times by this
     transfer_gbps: float = 450.0  # KV transfer per rank, GB/s (NVLink inside an NVL72 rack)
     kv_transport: str = one_of("nixl_cuda_ipc_gb200", tuple(TRANSPORTS))  # `layouts`' constants
     host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
@@ -49,6 +51,14 @@ class SimulateConfig:
     sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
     jobs: int = 1  # sweep: simulations run side by side (processes; offline mode only)
+    calibrated: str | None = None  # calibrate: take the knobs of this calibrate JSON, fit none
+    seeds: int = 1  # calibrate: the fit point and the predictions over seeds seed ... +n-1
+    predict_ratios: bool = True  # calibrate: search each P:D ratio's capacity (most of the cost)
+    sensitivity_plot: str | None = None  # calibrate: sweep each knob's range, plot here (PNG)
+    pareto_plot: str | None = None  # calibrate: the ratio search's points, tok/s per GPU vs user
+    plan_max_prefill: int = 2  # plan: prefill workers tried, 1 ... this
+    plan_max_decode: int = 8  # plan: decode workers tried, 1 ... this
+    plan_tps: list[int] = field(default_factory=lambda: [4, 8])  # plan: TP sizes per role
 
 
 def topology(serving: ServingConfig) -> dict:

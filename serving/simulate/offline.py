@@ -36,6 +36,8 @@ class Fleet:
     kv_bytes_per_token: int = 38236  # per rank, for transfer timing
     transfer_gbps: float = 450.0  # per rank
     profile: str = ""  # the perf table (.npz)
+    prefill_profile: str = ""  # the prefill workers' table when their TP differs ("": profile)
+    prefill_kv_blocks: int = 0  # the prefill workers' KV blocks when their TP differs (0: same)
     decode_speedup: float = 1.0  # tokens per decode step (MTP)
     prefill_batched_tokens: int = 16384
     decode_batched_tokens: int = 8192
@@ -48,8 +50,11 @@ class Fleet:
 
 
 def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
+    prefill = worker_type == "prefill"
     engine = {
-        "block_size": BLOCK, "num_gpu_blocks": fleet.kv_blocks,
+        "block_size": BLOCK,
+        "num_gpu_blocks": (fleet.prefill_kv_blocks if prefill and fleet.prefill_kv_blocks
+                           else fleet.kv_blocks),
         "max_num_seqs": fleet.max_num_seqs,
         "max_num_batched_tokens": (fleet.prefill_batched_tokens if worker_type == "prefill"
                                    else fleet.decode_batched_tokens),
@@ -60,9 +65,10 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
     }
     if worker_type == "aggregated":  # one worker does both: its batches mix the two phases
         engine["max_num_batched_tokens"] = fleet.prefill_batched_tokens
-    if fleet.profile:
+    profile = fleet.prefill_profile if prefill and fleet.prefill_profile else fleet.profile
+    if profile:
         engine["timing_model"] = {"type": "external", "provider": "dynamo_profile",
-                                  "config": {"path": str(fleet.profile)}}
+                                  "config": {"path": str(profile)}}
     engine.update(fleet.extra)
     return {"engine": engine}
 

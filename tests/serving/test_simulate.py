@@ -6,14 +6,16 @@ session shape read from a run folder's records."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from rollfleet.paths import ROOT
-from serving.simulate import descriptors, perf, workload
+from serving.simulate import descriptors, perf, planner, workload
 from serving.simulate.cli import load, main
 from tests.procs import new_job_processes, process_table
 
@@ -180,3 +182,93 @@ def test_layouts_predicts_the_seed_workers_transfer(tmp_path: Path, capsys):
     whole = json.loads(out.read_text())["cases"]["whole prompt"]
     assert (whole["tokens"], whole["per_layer"], whole["block_major"]) == (74_000, 91_403, 1_157)
     assert "| whole prompt | 74,000 | 91,403 -> 1,157 |" in capsys.readouterr().out
+
+
+def _brute_force(meets, fleets: list[planner.Shape]) -> int | None:
+    """The fewest GPUs of any fleet that meets the target: every fleet judged."""
+    return min((s.gpus for s in fleets if meets(s)), default=None)
+
+
+def test_the_planner_finds_the_brute_force_minimum_of_monotone_fleets():
+    """Over 300 random targets on fleets whose capacity grows with both roles, the staircase
+    finds the fewest GPUs the full grid finds, judging fewer fleets."""
+    rng = random.Random(0)
+    fleets = planner.grid(3, 8, [4, 8])
+    for _ in range(300):
+        prefill_rate = {4: rng.uniform(1, 3), 8: rng.uniform(2, 6)}  # sessions per worker
+        decode_rate = {4: rng.uniform(1, 4), 8: rng.uniform(2, 8)}
+        need = rng.uniform(2, 40)
+
+        def meets(s: planner.Shape, pr=prefill_rate, dr=decode_rate, need=need) -> bool:
+            return min(s.prefill * pr[s.tp_prefill], s.decode * dr[s.tp_decode]) >= need
+
+        best, judged = planner.smallest(meets, 3, 8, [4, 8])
+        assert (best.gpus if best else None) == _brute_force(meets, fleets)
+        assert best is None or meets(best)
+        assert len(judged) < len(fleets)
+
+
+def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force(tmp_path):
+    """`plan` on a tiny workload (6 sessions, prompts 2k-4k), prefill/decode 1-2 x 1-3 workers,
+    TP 4 or 8 per role: every fleet of the grid simulated (round-robin routing: repeatable), none
+    with fewer GPUs than the plan's meets the target, the plan's does, and the plan simulated
+    fewer fleets."""
+    tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
+    args = ["serving=glm5_gpu", *tiny, "simulate.sessions=6", "simulate.policy=round_robin",
+            "simulate.plan_max_prefill=2", "simulate.plan_max_decode=3",
+            "simulate.plan_tps=[4,8]", "simulate.target_tok_s=90", "simulate.ttft_slo_s=0.7",
+            f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
+    out = tmp_path / "plan.json"
+    assert main(["plan", *args, f"simulate.out={out}"]) == 0
+    got = json.loads(out.read_text())
+    serving, cfg, _, _ = load(args)
+    from serving.simulate.sim import Sim
+
+    sim = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache")
+    fleets = planner.grid(2, 3, [4, 8])
+    ok = {s: sim.run(sim.shape_fleet(s), 6)["ok"] for s in fleets}
+    assert got["best"] is not None and len(got["judged"]) < len(fleets)
+    best = planner.Shape(**got["best"])
+    assert ok[best] and best.gpus == _brute_force(ok.__getitem__, fleets)
+    assert any(ok.values()) and not all(ok.values())  # the target separates the fleets
+
+
+def test_the_fit_recovers_known_efficiencies_and_leaves_the_pinned_knobs_alone():
+    """A known world: tok/s per user = 70 x decode efficiency (less a little per prefill
+    slowness), TTFT p90 = 40 s / prefill efficiency^2. The fit lands on the efficiencies that
+    give 101 tok/s and 10 s, within its tolerances, and never moves tool time, MTP or host tier."""
+    from serving.simulate import calibrate
+
+    def measure(k: dict) -> dict:
+        return {"tok_s_user": 70 * k["decode_efficiency"] * (1 - 0.02 / k["prefill_efficiency"]),
+                "ttft_p90_s": 40 / k["prefill_efficiency"] ** 2}
+
+    got = calibrate.fit(measure, 101.0, 10.0)
+    assert abs(got.result["tok_s_user"] / 101 - 1) < 0.02
+    assert got.result["ttft_p90_s"] <= 10.0
+    assert 2.0 <= got.knobs["prefill_efficiency"] < 2.0 * 1.04
+    assert abs(got.knobs["decode_efficiency"] - 101 / 70 / (1 - 0.02 / 2)) < 0.04
+    pinned = {k: v.value for k, v in calibrate.KNOBS.items() if not v.fitted_to}
+    assert all(s["knobs"][k] == v for s in got.steps for k, v in pinned.items())
+    assert len(got.steps) < 30
+
+
+def test_calibrate_fits_the_published_point_and_predicts_the_rest(tmp_path: Path, capsys):
+    """A tiny workload: the fit lands 66 sessions on 1P:4D at 101 tok/s per user (within 2%)
+    with TTFT p90 at most the SLO, over 2 seeds; pinned knobs stay as stated; the predictions
+    table holds the KV rows' capacities as aiconfigurator's budget over 79 x (row + 132 B)."""
+    tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "serving=glm5_gpu", *tiny, "simulate.policy=round_robin",
+                 "simulate.seeds=2", "simulate.predict_ratios=false", "simulate.ttft_slo_s=1",
+                 f"simulate.out={out}", f"cache_dir={tmp_path / 'cache'}",
+                 f"work_dir={tmp_path / 'work'}"]) == 0
+    got = json.loads(out.read_text())
+    cal = got["calibration"]
+    assert [abs(r["tok_s_user"] / 101 - 1) < 0.02 for r in cal["point"]] == [True, True]
+    assert cal["point"][0]["ttft_p90_s"] <= 1.0
+    assert (cal["knobs"]["tool_s"], cal["knobs"]["mtp_acceptance"]) == (8.0, 0.85)
+    kv = got["predictions"]["kv_tokens"]
+    assert kv["nvfp4"] / kv["fp8"] == pytest.approx((576 + 132) / (352 + 132), rel=1e-4)
+    assert len(got["predictions"]["itl"]) == 2
+    assert "| p90 ITL, 1P:4D vs the same 5 workers aggregated" in capsys.readouterr().out

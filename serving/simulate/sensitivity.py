@@ -1,0 +1,52 @@
+"""What the calibrated point leans on: each unpublished knob moved across its plausible range,
+the others held at their calibrated values, and the headline figures' response (issue 27)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from serving.simulate.calibrate import KNOBS
+
+FIGURES = {"tok_s_user": "tok/s per user", "ttft_p90_s": "TTFT p90 (s)"}
+
+
+def sweep(measure: Callable[[dict[str, float]], dict], knobs: dict[str, float],
+          points: int = 4) -> dict[str, list[dict]]:
+    """For each knob, `points` values from its low to its high end (and its calibrated value)."""
+    out = {}
+    for name, k in KNOBS.items():
+        values = sorted({*np.linspace(k.low, k.high, points).round(6).tolist(), knobs[name]})
+        out[name] = [{"value": v, **{f: measure({**knobs, name: v})[f] for f in FIGURES}}
+                     for v in values]
+    return out
+
+
+def plot(sweeps: dict[str, list[dict]], knobs: dict[str, float], path: Path, title: str,
+         target_tok_s: float, ttft_slo_s: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(FIGURES), len(sweeps), figsize=(3 * len(sweeps), 5.5),
+                             squeeze=False)
+    for col, (name, rows) in enumerate(sweeps.items()):
+        for row, (figure, label) in enumerate(FIGURES.items()):
+            ax = axes[row][col]
+            ax.plot([r["value"] for r in rows], [r[figure] for r in rows], "o-")
+            ax.axvline(knobs[name], color="tab:red", lw=0.8)
+            ax.axhline(target_tok_s if figure == "tok_s_user" else ttft_slo_s, color="grey",
+                       lw=0.8)
+            if figure == "ttft_p90_s":
+                ax.set_yscale("log")
+                ax.set_xlabel(name)
+            if col == 0:
+                ax.set_ylabel(label)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

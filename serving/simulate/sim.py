@@ -1,0 +1,136 @@
+"""One configured fleet simulation (serving topology x hardware x workload): builds fleets from
+the serving config or any planner shape, runs them offline or live, and judges the target."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from serving.config import ServingConfig
+from serving.simulate import offline, perf, planner, workload
+from serving.simulate.config import SimulateConfig, topology
+
+CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
+log = logging.getLogger("serving.simulate")
+
+
+class Sim:
+    """One configured simulation: serving topology x hardware x workload."""
+
+    def __init__(self, serving: ServingConfig, cfg: SimulateConfig, work_dir: Path,
+                 cache_dir: Path) -> None:
+        self.serving, self.cfg, self.work_dir, self.cache_dir = serving, cfg, work_dir, cache_dir
+        self.topo = topology(serving)
+        self.shapes = (None if cfg.workload == "seed"
+                       else workload.read_records(Path(cfg.workload).expanduser()))
+        probe = self.sessions(64)
+        self.spec = perf.PerfSpec(
+            system=cfg.system, backend=cfg.perf_backend, tp=self.topo["tp"],
+            moe_ep=self.topo["tp"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
+            mean_prefix=workload.mean_prefix(probe),
+            max_batched_tokens=self.topo["prefill_batched_tokens"],
+            prefill_efficiency=cfg.prefill_efficiency, decode_efficiency=cfg.decode_efficiency)
+        self.profile = perf.build_profile(self.spec, cache_dir / "sim")
+        self.budget = perf.kv_budget_bytes(self.spec, cfg.gpu_memory_utilization)
+        self._by_tp = {self.spec.tp: (self.profile, self.budget)}
+        self.runs = 0
+
+    def at_tp(self, tp: int) -> tuple[Path, float]:
+        """The perf table and KV bytes per GPU of a worker of `tp` GPUs (EP = TP, as the seed's);
+        a budget <= 0: the weights do not fit."""
+        if tp not in self._by_tp:
+            spec = replace(self.spec, tp=tp, moe_ep=tp)
+            try:
+                budget = perf.kv_budget_bytes(spec, self.cfg.gpu_memory_utilization)
+            except ValueError:  # aiconfigurator: "no KV budget: non-KV memory ... exceeds"
+                budget = 0.0
+            profile = perf.build_profile(spec, self.cache_dir / "sim") if budget > 0 else Path()
+            self._by_tp[tp] = (profile, budget)
+        return self._by_tp[tp]
+
+    def shape_fleet(self, shape: planner.Shape) -> offline.Fleet | None:
+        """A fleet of `shape`'s worker counts and TP sizes (None: a role's weights do not fit)."""
+        (p_table, p_budget), (d_table, d_budget) = self.at_tp(shape.tp_prefill), \
+            self.at_tp(shape.tp_decode)
+        if p_budget <= 0 or d_budget <= 0:
+            return None
+        per_token = perf.kv_bytes_per_token(self.topo["kv_cache_dtype"])
+        return replace(self.fleet(prefill=shape.prefill, decode=shape.decode),
+                       profile=str(d_table), kv_blocks=int(d_budget // per_token) // offline.BLOCK,
+                       prefill_profile=str(p_table),
+                       prefill_kv_blocks=int(p_budget // per_token) // offline.BLOCK)
+
+    def sessions(self, count: int) -> list[list[workload.Turn]]:
+        c = self.cfg
+        if self.shapes is None:
+            shape = workload.SeedShape(c.first_prompt, c.growth, c.max_prompt, c.output, c.tool_s)
+            return workload.seed_sessions(shape, count, c.seed)
+        return workload.record_sessions(self.shapes, count, c.token_scale, c.seed)
+
+    def capacity(self, kv_cache_dtype: str | None = None) -> int:
+        return int(self.budget // perf.kv_bytes_per_token(kv_cache_dtype
+                                                          or self.topo["kv_cache_dtype"]))
+
+    def fleet(self, groups: int = 1, decode: int | None = None, agg: bool = False,
+              kv_cache_dtype: str | None = None, prefill: int | None = None) -> offline.Fleet:
+        t, c = self.topo, self.cfg
+        dtype = kv_cache_dtype or t["kv_cache_dtype"]
+        prefill = prefill or t["prefill"] or 1
+        dec = t["decode"] if decode is None else decode
+        extra: dict[str, Any] = {}
+        if c.host_kv_tokens:
+            extra = {"native_host_offload": {"num_host_blocks": c.host_kv_tokens // offline.BLOCK,
+                                             "d2h_bandwidth_gbps": c.host_gbps,
+                                             "h2d_bandwidth_gbps": c.host_gbps},
+                     "kv_cache_bytes_per_token": perf.kv_bytes_per_token(dtype)}
+        agg_workers = 0
+        if agg:  # the same GPUs, every worker doing both phases
+            agg_workers = groups * (prefill + dec)
+        elif not t["prefill"]:
+            agg_workers = groups * (t["agg"] or 1)
+        return offline.Fleet(
+            prefill_workers=groups * prefill, decode_workers=groups * dec,
+            agg_workers=agg_workers, kv_blocks=self.capacity(dtype) // offline.BLOCK,
+            kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=c.transfer_gbps,
+            profile=str(self.profile), decode_speedup=self.spec.decode_speedup,
+            prefill_batched_tokens=t["prefill_batched_tokens"], extra=extra)
+
+    def run(self, fleet: offline.Fleet, lanes: int, policy: str | None = None) -> dict:
+        policy = policy or self.cfg.policy
+        count = lanes * max(2, self.cfg.lifetimes)
+        trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
+                                     self.sessions(count))
+        if self.cfg.mode == "live":
+            from serving.simulate.live import run_live
+
+            result = run_live(self, fleet, lanes, policy)
+        else:
+            lo = lanes if self.cfg.lifetimes >= 3 else lanes // 2
+            result = offline.run(trace, fleet, lanes, policy, measure=(lo, count - lanes))
+        self.runs += 1
+        result["ok"] = self.meets(result)
+        log.info("%s lanes=%d %s: %.1f tok/s/user, TTFT p90 %.2f s, %.1f s", policy, lanes,
+                 fleet_name(fleet), result["tok_s_user"], result["ttft_p90_s"], result["wall_s"])
+        return result
+
+    def meets(self, r: dict) -> bool:
+        return (r["tok_s_user"] >= self.cfg.target_tok_s and r["ttft_p90_s"] <= self.cfg.ttft_slo_s)
+
+    def max_sessions(self, fleet: offline.Fleet, policy: str | None = None,
+                     steps: tuple[int, ...] = CAPACITY_STEPS, scale: int = 1) -> tuple[int, dict]:
+        """The most sessions (of `steps` x `scale`) that still meet the target; stops at the
+        first step that misses it."""
+        best, best_run = 0, {}
+        for step in steps:
+            r = self.run(fleet, step * scale, policy)
+            if not r["ok"]:
+                return best, best_run or r
+            best, best_run = step * scale, r
+        return best, best_run
+
+
+def fleet_name(f: offline.Fleet) -> str:
+    return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
