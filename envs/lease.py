@@ -8,7 +8,8 @@
   point), so that a sandbox can start without the other sessions' mounts: bwrap walks the whole
   mount table for each folder it binds, and with a tmpfs per live session that walk cost a
   sandbox start 40-70 ms of CPU at 1,000 sessions (measured here). Each sandbox starts in a mount
-  namespace of its own where `rf-mounts` is detached but for its own session's tmpfs.
+  namespace of its own where `rf-mounts` is detached but for its own session's tmpfs, once
+  the mount table is large enough for that to pay (APART_ABOVE).
 - A uid of its own from the configured range, leased by a lock file (the kernel drops the lock
   when its holder dies), so per-uid counts such as RLIMIT_NPROC are this session's alone.
 - A cgroup (envs.cgroups) with the session's process, memory and CPU limits, where one is
@@ -41,6 +42,9 @@ MOUNTS = "rf-mounts"  # in a scratch root: the tmpfs holding the session tmpfs m
 # where a sandbox's own tmpfs waits, in the sandbox's mount namespace, while the others go
 STAGE = Path("/run/rollfleet/stage")
 MOUNT_SOURCE = "rollfleet"  # the source of every session tmpfs in the mount table
+# Setting the other sessions' mounts apart costs a sandbox start ~6 ms of CPU (unshare, mount,
+# umount); bwrap's walks cost ~40 us per mount in view: below ~200 mounts, apart is dearer.
+APART_ABOVE = 200
 MB = 1024 * 1024
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -85,9 +89,9 @@ class SessionLease:
     def command(self, argv: list[str], policy: SandboxPolicy) -> list[str]:
         """`argv` as this session runs it: in its sandbox on its folder, as its uid, in its
         cgroups, under the policy's rlimits, apart from the other sessions' mounts."""
-        inner = wrap(as_user(argv, self.uid), self.repo, policy,
-                     STAGE if self.mounts and policy.isolate else None)
-        if self.mounts and policy.isolate:
+        apart = self.mounts is not None and policy.isolate and _mount_count() > APART_ABOVE
+        inner = wrap(as_user(argv, self.uid), self.repo, policy, STAGE if apart else None)
+        if apart:
             inner = _apart(inner, self.repo, self.mounts)
         return launch(inner, self.groups, limits(policy))
 
@@ -185,6 +189,11 @@ def _close_mount_point(point: Path) -> None:
         if os.path.ismount(mounts) and not any(mounts.iterdir()):
             _unmount(mounts)
             mounts.rmdir()
+
+
+def _mount_count() -> int:
+    with open("/proc/self/mountinfo", "rb") as table:
+        return table.read().count(b"\n")
 
 
 def _apart(argv: list[str], repo: Path, mounts: Path) -> list[str]:
