@@ -8,6 +8,9 @@
    a sandbox per command vs one per session (env.sandbox.persistent): wall time per call, and
    CPU per call end to end (the host's busy CPU over a block of calls, less its idle rate
    measured just before: bwrap, setpriv, the server, the command and this process alike).
+3. a sandbox start with other sessions open (`--alive`, a `bash -c true` with a sandbox per
+   command): the other sessions' mounts in bwrap's view vs set apart (envs/lease.py,
+   APART_ABOVE), wall and CPU per call as in 2.
 
 The same figures go as JSON to --out.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from envs import lease
 from envs.cgroups import detect
 from envs.sandbox import SandboxPolicy
 from envs.workspace import Workspace
@@ -113,11 +117,43 @@ def tool_calls(rounds: int, block: int) -> dict[str, dict[str, dict[str, float]]
                    for name in paths} for call in CALLS}
 
 
+def sessions_alive(counts: list[int], rounds: int, block: int) -> dict[str, dict]:
+    """Table 3: per count of other open sessions, each mode's wall and CPU per sandbox start."""
+    modes = {"in view": 1 << 30, "apart": 0}  # APART_ABOVE: never, always
+    ws = Workspace(lambda dest: shutil.copytree(REPO / "repo", dest, dirs_exist_ok=True),
+                   policy=SandboxPolicy(persistent=False))
+    others: list[Workspace] = []
+    saved, out = lease.APART_ABOVE, {}
+    try:
+        for n in counts:
+            others += [Workspace(lambda dest: None) for _ in range(n - len(others))]
+            walls = {m: [] for m in modes}
+            cpu = {m: [] for m in modes}
+            for _ in range(rounds):
+                for mode, above in modes.items():
+                    lease.APART_ABOVE = above
+                    idle = idle_rate()
+                    t0 = time.perf_counter()
+                    w, used = call_block(ws, CALLS["bash true"], block)
+                    walls[mode] += w
+                    cpu[mode].append((used - idle * (time.perf_counter() - t0)) / block)
+            out[str(n)] = {m: {"wall_p50_ms": round(statistics.median(walls[m]) * 1000, 2),
+                               "cpu_ms_per_call": round(statistics.median(cpu[m]) * 1000, 2)}
+                           for m in modes}
+    finally:
+        lease.APART_ABOVE = saved
+        for w in [ws, *others]:
+            w.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=200, help="start/teardown cycles per variant")
     parser.add_argument("--rounds", type=int, default=10, help="blocks per call and path")
     parser.add_argument("--block", type=int, default=50, help="calls per block")
+    parser.add_argument("--alive", default="0,1000",
+                        help="table 3: other sessions open, comma-separated ('': skip)")
     parser.add_argument("--out", type=Path, default=Path("bench_sandbox.json"))
     args = parser.parse_args()
     layout = detect()
@@ -143,6 +179,12 @@ def main() -> None:
         for name, r in by_path.items():
             print(f"{call:<16}{name:<13}{r['wall_p50_ms']:>12}{r['wall_p90_ms']:>12}"
                   f"{r['cpu_ms_per_call']:>12}")
+    alive = sessions_alive([int(n) for n in args.alive.split(",") if n], args.rounds,
+                           args.block)
+    print(f"\n{'sessions open':<15}{'mounts':<9}{'wall p50 ms':>12}{'CPU ms/call':>12}")
+    for n, by_mode in alive.items():
+        for mode, r in by_mode.items():
+            print(f"{n:<15}{mode:<9}{r['wall_p50_ms']:>12}{r['cpu_ms_per_call']:>12}")
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
@@ -151,8 +193,9 @@ def main() -> None:
         "cgroup": layout.describe() if layout else None,
         "load_avg_1m": {"before": load_before, "after": os.getloadavg()[0]},
         "parameters": {"n": args.n, "rounds": args.rounds, "block": args.block,
+                       "alive": args.alive,
                        "repo": str(REPO / "repo")},
-        "results": results, "tool_calls": calls}, indent=2))
+        "results": results, "tool_calls": calls, "sessions_alive": alive}, indent=2))
 
 
 if __name__ == "__main__":
