@@ -255,10 +255,10 @@ def cmd_plan(sim: Sim) -> dict:
     if best is None:
         print(f"no fleet up to {cfg.plan_max_prefill}P:{cfg.plan_max_decode}D at TP "
               f"{list(cfg.plan_tps)} serves {cfg.sessions} sessions at >= "
-              f"{cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s")
+              f"{cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s")
     else:
         print(f"smallest fleet: {best.name}, {best.gpus} GPUs, for {cfg.sessions} sessions at "
-              f">= {cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s "
+              f">= {cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s "
               f"({len(judged)} of {grid} fleets simulated)")
     return {"table": table, "best": vars(best) if best else None, "grid": grid,
             "judged": [{**vars(s), "gpus": s.gpus, **runs[s]} for s in judged]}
@@ -342,15 +342,13 @@ def cmd_calibrate(sim: Sim) -> dict:
                     [[r["ratio"], r["gpus"], r["sessions"], f"{r['sessions_per_gpu']:.2f}",
                       r["run"].get("tok_s_user", "-"), r["run"].get("ttft_p90_s", "-")]
                      for r in ratios["rows"]])
-    title = f"GLM-5.3 1P:4D on {cfg.system}, calibrated ({perf.version_label(fitted.spec)})"
+    title = f"GLM-5.3 on {cfg.system}, calibrated: {perf.version_label(fitted.spec)}"
     sweeps = None
     if cfg.sensitivity_plot:
         sweeps = sensitivity.sweep(measure, fit.knobs)
         sensitivity.plot(sweeps, fit.knobs, Path(cfg.sensitivity_plot), title, cfg.target_tok_s,
                          cfg.ttft_slo_s)
-    points = [{"label": r["ratio"], "per_user": x["tok_s_user"],
-               "per_gpu": x["output_tok_s"] / r["gpus"], "sessions": x["sessions"]}
-              for r in (ratios or {}).get("rows", []) for x in r["runs"]]
+    points = pareto_points(ratios["rows"] if ratios else [], cfg.ttft_slo_s)
     if cfg.pareto_plot and points:
         pareto.plot(points, Path(cfg.pareto_plot), title, cfg.target_tok_s)
     sim.runs += sum(one.runs for one in made)
@@ -361,6 +359,13 @@ def cmd_calibrate(sim: Sim) -> dict:
             "predictions": {"itl": itl, "kv_tokens": kv, "ratios": ratios,
                             "transfer": transfer["cases"]},
             "sensitivity": sweeps, "pareto": {"points": points, "front": pareto.front(points)}}
+
+
+def pareto_points(rows: list[dict], ttft_slo_s: float) -> list[dict]:
+    """Every run of the ratio search as an operating point (ok: TTFT p90 within the SLO)."""
+    return [{"label": r["ratio"], "per_user": x["tok_s_user"], "ttft_p90_s": x["ttft_p90_s"],
+             "per_gpu": x["output_tok_s"] / r["gpus"], "sessions": x["sessions"],
+             "ok": x["ttft_p90_s"] <= ttft_slo_s} for r in rows for x in r["runs"]]
 
 
 def interval(values: list[float], nd: int = 1) -> str:

@@ -19,8 +19,8 @@ def sweep(measure: Callable[[dict[str, float]], dict], knobs: dict[str, float],
     out = {}
     for name, k in KNOBS.items():
         values = sorted({*np.linspace(k.low, k.high, points).round(6).tolist(), knobs[name]})
-        out[name] = [{"value": v, **{f: measure({**knobs, name: v})[f] for f in FIGURES}}
-                     for v in values]
+        runs = [(v, measure({**knobs, name: v})) for v in values]
+        out[name] = [{"value": v, **{f: r[f] for f in FIGURES}} for v, r in runs]
     return out
 
 

@@ -272,3 +272,23 @@ def test_calibrate_fits_the_published_point_and_predicts_the_rest(tmp_path: Path
     assert kv["nvfp4"] / kv["fp8"] == pytest.approx((576 + 132) / (352 + 132), rel=1e-4)
     assert len(got["predictions"]["itl"]) == 2
     assert "| p90 ITL, 1P:4D vs the same 5 workers aggregated" in capsys.readouterr().out
+
+
+def test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value():
+    """Each knob across its range (4 points and its calibrated value), the others held: one
+    simulation per value, and each figure is that simulation's."""
+    from serving.simulate import calibrate, sensitivity
+
+    knobs = {k: v.value for k, v in calibrate.KNOBS.items()}
+    calls = []
+
+    def measure(k: dict) -> dict:
+        calls.append(k)
+        return {"tok_s_user": 50 * k["decode_efficiency"], "ttft_p90_s": 20 / k["tool_s"]}
+
+    got = sensitivity.sweep(measure, knobs)
+    assert len(calls) == sum(len(v) for v in got.values()) == 5 * 5 - 1  # host tier: at an end
+    assert [r["value"] for r in got["tool_s"]] == [2.0, 8.0, 21.333333, 40.666667, 60.0]
+    assert [r["ttft_p90_s"] for r in got["tool_s"]] == [20 / v for v in
+                                                        (2.0, 8.0, 21.333333, 40.666667, 60.0)]
+    assert all(sum(c[j] != knobs[j] for j in knobs) <= 1 for c in calls)
