@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-import envs.session_sandbox
-import envs.workspace
+import envs.lease
 from envs import EnvConfig, load
 from rollfleet.paths import ROOT
 from rollout.model_client import ModelClient, SamplingConfig
@@ -221,11 +220,10 @@ def test_server_failures_end_the_session(error, status, stop):
 
 
 def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
-    def broken(argv, workdir, policy):
+    def broken(argv, workdir, policy, source):
         return ["bwrap", "--no-such-option", "--", *argv]
 
-    monkeypatch.setattr(envs.workspace, "wrap", broken)  # a sandbox per command
-    monkeypatch.setattr(envs.session_sandbox, "wrap", broken)  # one per session (the default)
+    monkeypatch.setattr(envs.lease, "wrap", broken)  # both sandbox paths build their command there
     rec, _ = run([call("bash", {"command": "ls"})])
     assert rec["status"] == "infra_error" and rec["reward"] is None
     assert "sandbox failed: bwrap:" in rec["error"]
