@@ -9,7 +9,12 @@ import time
 from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
-from serving.engine.plugin import SAFE_GRAMMARS_ENV, UNMASKED_LOGPROBS_ENV, WEIGHT_UPDATES_ENV
+from serving.engine.plugin import (
+    FORK_ENGINE_CORE_ENV,
+    SAFE_GRAMMARS_ENV,
+    UNMASKED_LOGPROBS_ENV,
+    WEIGHT_UPDATES_ENV,
+)
 from serving.errors import ServingError
 from serving.policy import DEV_MODE_ENV
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
@@ -58,6 +63,7 @@ def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
         # embedded engine twice each way (an ad-hoc script, same greedy tokens): start 60-68 s
         # with the worker process, 41-44 s without; decoding alike.
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env[FORK_ENGINE_CORE_ENV] = "1"  # see serving/engine/plugin.py
     if c.logprobs == "raw":  # see serving/engine/plugin.py
         env[UNMASKED_LOGPROBS_ENV] = "1"
     env.update(c.extra_env)
