@@ -102,6 +102,17 @@ def test_hidden_folders_read_as_empty(ws):
         other.close()
 
 
+def test_python_starts_with_its_packages_but_not_the_checkouts_import_hook(ws):
+    """The editable install's finder maps packages into the hidden checkout: it is masked (20 ms
+    of every sandboxed Python's ~40), site-packages stays importable."""
+    probe = ("import sys, yaml; print(sorted(m for m in sys.modules if 'editable' in m), "
+             "yaml.__name__)")
+    host = subprocess.run([ws.python(), "-c", probe], capture_output=True, text=True, check=True)
+    assert "__editable___rollfleet" in host.stdout  # this checkout is an editable install
+    res = ws.run([ws.python(), "-c", probe], 10, 2000)
+    assert res.output.split() == ["[]", "yaml"], res.output
+
+
 def test_masked_task_files_cannot_be_read(persistent):
     """A stdlib task's unbroken module is on the read-only root; its copy would be the fix."""
     env = load(EnvConfig(suite="stdlib", max_tasks=1, sandbox={"persistent": persistent}))
