@@ -17,6 +17,8 @@ limit). Commands:
              then predict its other figures at them (`simulate.seeds`: repeats for intervals)
   plan       the fewest GPUs (any P:D counts, TP per role) that serve `simulate.sessions`
              at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s`
+  static     the static question (`simulate.isl`, `prefix`, `osl`) asked of aiconfigurator's own
+             CLI and of this replay, side by side (serving/simulate/static.py)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from serving.simulate import (
     planner,
     predict,
     sensitivity,
+    static,
     workload,
 )
 from serving.simulate.config import SimulateConfig
@@ -49,7 +52,7 @@ from serving.simulate.published import PUBLISHED
 from serving.simulate.sim import Sim, fleet_name
 from serving.simulate.table import print_table
 
-COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate")
+COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate", "static")
 RATIOS = (1, 2, 3, 4, 5, 6)
 
 
@@ -264,6 +267,31 @@ def cmd_plan(sim: Sim) -> dict:
             "judged": [{**vars(s), "gpus": s.gpus, **runs[s]} for s in judged]}
 
 
+def cmd_static(sim: Sim) -> dict:
+    got = static.compare(sim, sim.work_dir / "aiconfigurator")
+    c = sim.cfg
+    print(f"every request {c.isl:,} tokens in ({c.prefix:,} cached), {c.osl} out; "
+          f"{got['fleet']} ({got['gpus']} GPUs)")
+    rows = []
+    for p in got["points"]:
+        a, r = p["aiconfigurator"], p["replay"]
+        rows.append([p["decode_batch"], p["in_flight"], a["tok_s_user"], r["tok_s_user"],
+                     a["ttft_ms"], r["ttft_p50_ms"], r["ttft_p90_ms"], a["tok_s_gpu"],
+                     r["tok_s_gpu"]])
+    table = print_table(["decode batch", "in flight", "tok/s/user: aiconfigurator", "replay",
+                         "TTFT ms: aiconfigurator", "replay p50", "replay p90",
+                         "tok/s/GPU: aiconfigurator", "replay"], rows)
+    print(f"aiconfigurator's own search, disaggregated, <= {c.total_gpus} GPUs, TTFT <= "
+          f"{c.ttft_slo_s:g} s, >= {c.target_tok_s:g} tok/s/user (best first):")
+    search = print_table(
+        ["prefill", "decode", "GPUs", "in flight", "tok/s/user", "TTFT ms", "tok/s/GPU"],
+        [[f"{s['prefill']:.0f} x TP{s['tp_prefill']:.0f} PP{s['pp_prefill']:.0f} "
+          f"DP{s['dp_prefill']:.0f}", f"{s['decode']:.0f} x TP{s['tp_decode']:.0f} "
+          f"PP{s['pp_decode']:.0f} DP{s['dp_decode']:.0f}", s["gpus"], s["concurrency"],
+          s["tok_s_user"], s["ttft_ms"], s["tok_s_gpu"]] for s in got["search"]])
+    return {**got, "table": table + "\n" + search}
+
+
 def cmd_calibrate(sim: Sim) -> dict:
     cfg, p = sim.cfg, PUBLISHED
     sessions = p["sessions_per_prefill_group"]
@@ -414,6 +442,18 @@ def _main(argv: list[str]) -> int:
     overrides = argv[1:] if argv and argv[0] in COMMANDS else argv
     try:
         serving, cfg, work_dir, configured_cache = load(overrides)
+        if command == "static":
+            cfg = replace(cfg, workload="static")
+            if (cfg.prefill_efficiency, cfg.decode_efficiency) != (1.0, 1.0):
+                raise ConfigError("simulate static compares with aiconfigurator, which has no "
+                                  "efficiency knob: leave simulate.prefill_efficiency and "
+                                  "decode_efficiency at 1")
+        if cfg.workload == "static" and not 0 <= cfg.prefix < cfg.isl:
+            raise ConfigError(f"simulate.prefix={cfg.prefix} must be >= 0 and below "
+                              f"simulate.isl={cfg.isl}")
+        if cfg.workload == "static" and cfg.mode == "live":
+            raise ConfigError("simulate.workload=static runs offline only (the live mocker "
+                              "has no shared prefix): set simulate.mode=offline")
     except ConfigError as exc:
         return bad_config(str(exc))
     except Exception as exc:  # Hydra's and OmegaConf's errors: one line, what to fix
@@ -430,7 +470,8 @@ def _main(argv: list[str]) -> int:
         print(f"perf model: {perf.version_label(sim.spec)}", flush=True)
         result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
                   "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts,
-                  "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate}[f"cmd_{command}"](sim)
+                  "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate,
+                  "cmd_static": cmd_static}[f"cmd_{command}"](sim)
     elapsed = time.monotonic() - t0
     print(f"{sim.runs} simulations in {elapsed:.0f} s", flush=True)
     if cfg.out:

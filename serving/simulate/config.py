@@ -29,8 +29,17 @@ class SimulateConfig:
     host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
     host_gbps: float = 200.0  # host tier <-> GPU per rank, GB/s
     gpu_memory_utilization: float = 0.9
-    # workload: "seed", or a rollfleet run folder whose records give the session shape
+    # workload: "seed"; "static" (aiconfigurator's question: one-turn requests of `isl` tokens,
+    # the first `prefix` of them shared by all and cached, `osl` sampled); or a rollfleet run
+    # folder whose records give the session shape
     workload: str = "seed"
+    # static: the seed's mean turn (its prompt halfway from 8k to 140k; all but a turn's growth
+    # cached; its output)
+    isl: int = 74_000
+    prefix: int = 68_000
+    osl: int = 600
+    total_gpus: int = 40  # static: the GPUs aiconfigurator may deploy (the `plan` answer's 40)
+    static_batches: list[int] = field(default_factory=lambda: [1, 4, 8, 16])  # per decode worker
     token_scale: float = 1.0  # records: multiply their token counts by this
     first_prompt: int = 8000
     growth: int = 6000

@@ -24,13 +24,14 @@ class Sim:
                  cache_dir: Path) -> None:
         self.serving, self.cfg, self.work_dir, self.cache_dir = serving, cfg, work_dir, cache_dir
         self.topo = topology(serving)
-        self.shapes = (None if cfg.workload == "seed"
+        self.shapes = (None if cfg.workload in ("seed", "static")
                        else workload.read_records(Path(cfg.workload).expanduser()))
+        self.shared = cfg.prefix if cfg.workload == "static" else 0  # tokens all sessions share
         probe = self.sessions(64)
         self.spec = perf.PerfSpec(
             system=cfg.system, backend=cfg.perf_backend, tp=self.topo["tp"],
             moe_ep=self.topo["tp"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
-            mean_prefix=workload.mean_prefix(probe),
+            mean_prefix=workload.mean_prefix(probe, self.shared),
             max_batched_tokens=self.topo["prefill_batched_tokens"],
             prefill_efficiency=cfg.prefill_efficiency, decode_efficiency=cfg.decode_efficiency)
         self.profile = perf.build_profile(self.spec, cache_dir / "sim")
@@ -65,6 +66,8 @@ class Sim:
 
     def sessions(self, count: int) -> list[list[workload.Turn]]:
         c = self.cfg
+        if c.workload == "static":
+            return workload.static_sessions(c.isl, c.osl, count)
         if self.shapes is None:
             shape = workload.SeedShape(c.first_prompt, c.growth, c.max_prompt, c.output, c.tool_s)
             return workload.seed_sessions(shape, count, c.seed)
@@ -102,7 +105,7 @@ class Sim:
         policy = policy or self.cfg.policy
         count = lanes * max(2, self.cfg.lifetimes)
         trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
-                                     self.sessions(count))
+                                     self.sessions(count), self.shared)
         if self.cfg.mode == "live":
             from serving.simulate.live import run_live
 

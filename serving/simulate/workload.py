@@ -58,6 +58,12 @@ def seed_sessions(shape: SeedShape, count: int, seed: int = 0) -> list[list[Turn
     return sessions
 
 
+def static_sessions(isl: int, osl: int, count: int) -> list[list[Turn]]:
+    """aiconfigurator's request shape: `count` one-turn sessions of `isl` tokens in and `osl` out
+    (the cached prefix they share is `write_trace`'s `shared`)."""
+    return [[Turn(isl, osl, 0.0)] for _ in range(count)]
+
+
 def read_records(run_dir: Path) -> list[list[Turn]]:
     """The turns of every record in a rollfleet run folder (`<run>/data/*.parquet`)."""
     import pyarrow.parquet as pq
@@ -103,12 +109,13 @@ def shape_summary(sessions: list[list[Turn]]) -> dict:
             "mean_tool_s": sum(t.tool_s for t in turns) / len(turns)}
 
 
-def mean_prefix(sessions: list[list[Turn]]) -> int:
+def mean_prefix(sessions: list[list[Turn]], shared: int = 0) -> int:
     """The cached prefix a prefilled token sees on average (new-token weighted): turn t's new
-    tokens follow turn t-1's prompt and completion, which earlier turns computed."""
+    tokens follow turn t-1's prompt and completion, which earlier turns computed, and a first
+    turn's follow the `shared` tokens every session starts with."""
     num = den = 0
     for s in sessions:
-        cached = 0
+        cached = shared
         for t in s:
             new = max(1, t.prompt - cached)
             num += new * cached
@@ -117,12 +124,14 @@ def mean_prefix(sessions: list[list[Turn]]) -> int:
     return round(num / den) if den else 0
 
 
-def write_trace(path: Path, sessions: list[list[Turn]]) -> Path:
-    """One JSONL line per turn; a session's lines are consecutive, in order."""
-    next_id = 0
+def write_trace(path: Path, sessions: list[list[Turn]], shared: int = 0) -> Path:
+    """One JSONL line per turn; a session's lines are consecutive, in order. Every session's
+    prompt opens with the same `shared` tokens (whole blocks): computed once, then cached."""
+    common = list(range(shared // TRACE_BLOCK))
+    next_id = len(common)
     with path.open("w") as f:
         for i, turns in enumerate(sessions):
-            blocks: list[int] = []
+            blocks: list[int] = list(common)
             for t, turn in enumerate(turns):
                 need = -(-turn.prompt // TRACE_BLOCK)
                 while len(blocks) < need:

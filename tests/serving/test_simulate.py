@@ -292,3 +292,51 @@ def test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value():
     assert [r["ttft_p90_s"] for r in got["tool_s"]] == [20 / v for v in
                                                         (2.0, 8.0, 21.333333, 40.666667, 60.0)]
     assert all(sum(c[j] != knobs[j] for j in knobs) <= 1 for c in calls)
+
+
+def test_a_static_trace_opens_every_request_with_the_same_cached_prefix(tmp_path: Path):
+    sessions = workload.static_sessions(4000, 50, 3)
+    trace = workload.write_trace(tmp_path / "t.jsonl", sessions, shared=3000)
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    shared = 3000 // workload.TRACE_BLOCK
+    assert [x["input_length"] for x in lines] == [4000] * 3
+    assert all(x["hash_ids"][:shared] == list(range(shared)) for x in lines)
+    rest = [set(x["hash_ids"][shared:]) for x in lines]
+    assert all(len(r) == -(-4000 // workload.TRACE_BLOCK) - shared for r in rest)
+    assert not (rest[0] & rest[1]) and not (rest[1] & rest[2]) and not (rest[0] & set(
+        range(shared)))
+    assert workload.mean_prefix(sessions, 3000) == 3000  # every computed token follows them
+
+
+def test_static_asks_aiconfigurators_cli_the_same_question_the_replay_answers(tmp_path, capsys):
+    """Real aiconfigurator CLI (estimate and its own search) beside the replay, on a small
+    static question: its estimate reports the fleet and batch we asked for, both sides see the
+    cached prefix (TTFT within 2x of each other; a side that computed the whole prompt would take
+    ~5x longer), and its search's fleets fit the GPU budget and meet the targets."""
+    out = tmp_path / "static.json"
+    args = ["serving=glm5_gpu", "simulate.isl=20000", "simulate.prefix=16384", "simulate.osl=64",
+            "simulate.static_batches=[1,2]", "simulate.total_gpus=16", "simulate.ttft_slo_s=5",
+            "simulate.target_tok_s=50", "simulate.lifetimes=3", f"simulate.out={out}",
+            f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
+    assert main(["static", *args]) == 0
+    got = json.loads(out.read_text())
+    assert got["fleet"] == "1P:4D TP8" and got["gpus"] == 40
+    assert got["simulate"]["workload"] == "static"
+    for point in got["points"]:
+        theirs, ours = point["aiconfigurator"], point["replay"]
+        assert theirs["concurrency"] == point["in_flight"] == 4 * point["decode_batch"]
+        assert 0.5 < ours["ttft_p50_ms"] / theirs["ttft_ms"] < 2.0, point
+    assert got["search"], "aiconfigurator found no fleet"
+    for fleet in got["search"]:
+        assert fleet["gpus"] <= 16 and fleet["tok_s_user"] >= 50 and fleet["ttft_ms"] <= 5000
+    assert "tok/s/user: aiconfigurator" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["simulate.decode_efficiency=1.47"], "no efficiency knob"),
+    (["simulate.prefix=20000"], "must be >= 0 and below simulate.isl=20000"),
+])
+def test_static_refuses_what_aiconfigurator_cannot_match(bad, says, tmp_path, capsys):
+    rc = main(["static", "serving=glm5_gpu", "simulate.isl=20000", *bad,
+               f"cache_dir={tmp_path / 'cache'}"])
+    assert rc == 2 and says in capsys.readouterr().err
