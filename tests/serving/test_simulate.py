@@ -315,7 +315,7 @@ def test_static_asks_aiconfigurators_cli_the_same_question_the_replay_answers(tm
     ~5x longer), and its search's fleets fit the GPU budget and meet the targets."""
     out = tmp_path / "static.json"
     args = ["serving=glm5_gpu", "simulate.isl=20000", "simulate.prefix=16384", "simulate.osl=64",
-            "simulate.static_batches=[1,2]", "simulate.total_gpus=16", "simulate.ttft_slo_s=5",
+            "simulate.static_batches=[1,2]", "simulate.total_gpus=8", "simulate.ttft_slo_s=5",
             "simulate.target_tok_s=50", "simulate.lifetimes=3", f"simulate.out={out}",
             f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
     assert main(["static", *args]) == 0
@@ -328,7 +328,7 @@ def test_static_asks_aiconfigurators_cli_the_same_question_the_replay_answers(tm
         assert 0.5 < ours["ttft_p50_ms"] / theirs["ttft_ms"] < 2.0, point
     assert got["search"], "aiconfigurator found no fleet"
     for fleet in got["search"]:
-        assert fleet["gpus"] <= 16 and fleet["tok_s_user"] >= 50 and fleet["ttft_ms"] <= 5000
+        assert fleet["gpus"] <= 8 and fleet["tok_s_user"] >= 50 and fleet["ttft_ms"] <= 5000
     assert "tok/s/user: aiconfigurator" in capsys.readouterr().out
 
 
