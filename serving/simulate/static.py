@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.simulate.sim import Sim
+from serving.simulate import planner
+from serving.simulate.sim import Sim, fleet_name
 
 TIMEOUT_S = 1800
 _ESTIMATE = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "tokens/s/gpu": "tok_s_gpu",
@@ -99,7 +100,7 @@ def compare(sim: Sim, save_dir: Path) -> dict[str, Any]:
     """Both comparisons (module docstring); every figure per request shape and fleet."""
     t, cfg = sim.topo, sim.cfg
     fleet = sim.fleet(1)
-    gpus = (t["prefill"] + t["decode"]) * t["tp"]
+    gpus = planner.Shape(t["prefill"], t["decode"], t["tp"], t["tp"]).gpus
     points = []
     for batch in cfg.static_batches:
         theirs = parse_estimate(_run(estimate_argv(sim, batch)))
@@ -110,5 +111,5 @@ def compare(sim: Sim, save_dir: Path) -> dict[str, Any]:
                                   * 1000, "ttft_p90_ms": r["ttft_p90_s"] * 1000,
                                   "tok_s_gpu": r["output_tok_s"] / gpus, "ok": r["ok"]}})
     _run(search_argv(sim, save_dir))
-    return {"fleet": f"{t['prefill']}P:{t['decode']}D TP{t['tp']}", "gpus": gpus,
+    return {"fleet": f"{fleet_name(fleet)} TP{t['tp']}", "gpus": gpus,
             "points": points, "search": parse_search(save_dir)}
