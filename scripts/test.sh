@@ -7,4 +7,5 @@ cd "$ROOT"
 bash scripts/setup.sh
 VENV="${ROLLFLEET_VENV:-$ROOT/.venv}"
 "$VENV/bin/ruff" check .
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=25 tests "$@"
+# Two pytest-xdist workers: the end-to-end tests one after another on one, the rest beside them
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --durations=25 tests "$@"

@@ -47,7 +47,23 @@ SESSION_ENV = "ROLLFLEET_TEST_SESSION"  # every process the suite starts inherit
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     _before.update(process_table())
-    os.environ[SESSION_ENV] = str(os.getpid())
+    os.environ.setdefault(SESSION_ENV, str(os.getpid()))  # pytest-xdist workers inherit it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With `-n N`: every end-to-end test on one worker, one after another (each takes most of
+    the machine: two side by side were no faster, and less reliable), each other module
+    whole on whichever worker is free, beside them."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EndToEndTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "e2e" if nodeid.startswith("tests/e2e/") else nodeid.split("::")[0]
+
+    return EndToEndTogether(config, log)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -57,7 +73,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skips[reason.removeprefix("Skipped: ")] += 1
 
 
+def _xdist_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: the controller counts skips and leftovers once all are done."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
+    if _xdist_worker(terminalreporter.config):
+        return
     if _skips:
         terminalreporter.section("skipped, by reason")
         for reason, n in _skips.most_common():
@@ -72,7 +95,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
                                     f"still running (killed now): {left[:5]}", red=True)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has stopped its workers
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _xdist_worker(session.config):
+        return
     others = [r for r in _skips if not any(c in r for c in CUDA_ONLY)]
     if (others or _leftovers()) and session.exitstatus == 0:
         session.exitstatus = 1
@@ -84,7 +110,7 @@ _left: list[str] | None = None
 def _ours() -> list[str]:
     """Processes this session started that still run: they carry its SESSION_ENV (etcd and
     nats-server, started with a bare environment, by name)."""
-    mark = f"{SESSION_ENV}={os.getpid()}".encode()
+    mark = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
     out = []
     for pid, cmd in process_table().items():
         if pid in _before or pid == os.getpid():

@@ -10,17 +10,47 @@ STARTED_BY_JOB = ("vllm", "EngineCore", "raylet", "gcs_server", "ray::", "wandb-
                   "dynamo", "mooncake", "etcd", "nats-server")
 
 
+WORKER_ENV = "PYTEST_XDIST_WORKER"  # pytest-xdist sets it in each worker; children inherit it
+
+
 def process_table() -> dict[int, str]:
-    table = {}
+    """Every process's command line, less those another pytest-xdist worker started (its
+    name in their environment, or in their nearest ancestor's that has one: etcd, Mooncake
+    and sandboxes start with a bare environment), so that a test running beside another
+    never takes that one's engines for leftovers of its own."""
+    table, parent, worker = {}, {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            parent[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        table[int(entry.name)] = cmd.strip()
-    return table
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            env = []
+        table[pid] = cmd.strip()
+        worker[pid] = next((v[len(WORKER_ENV) + 1:].decode() for v in env
+                            if v.startswith(f"{WORKER_ENV}=".encode())), None)
+    me = os.environ.get(WORKER_ENV)
+    if me is None:
+        return table
+    # the workers themselves set the name after they started: they are the controller's children
+    for pid in table:
+        if parent[pid] == os.getppid():
+            worker[pid] = me if pid == os.getpid() else f"not {me}"
+
+    def owner(pid: int) -> str | None:
+        seen = set()
+        while pid in table and pid not in seen and worker[pid] is None:
+            seen.add(pid)
+            pid = parent[pid]
+        return worker.get(pid)
+
+    return {pid: cmd for pid, cmd in table.items() if owner(pid) in (None, me)}
 
 
 def new_job_processes(before: dict[int, str]) -> list[str]:

@@ -3,6 +3,7 @@ run for real, mutants that fail exactly FAIL_TO_PASS and reference fixes that pa
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -78,5 +79,6 @@ def test_every_task_runs_for_real(rows, tmp_path):
     def one(pair: tuple[int, Row]) -> None:
         _check(pair[1], tmp_path / str(pair[0]))
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # beside the end-to-end tests (pytest-xdist), one core: they are the suite's longest path
+    with ThreadPoolExecutor(max_workers=1 if os.environ.get("PYTEST_XDIST_WORKER") else 2) as pool:
         list(pool.map(one, enumerate(rows)))
