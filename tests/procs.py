@@ -18,6 +18,7 @@ def process_table() -> dict[int, str]:
     name in their environment, or in their nearest ancestor's that has one: etcd, Mooncake
     and sandboxes start with a bare environment), so that a test running beside another
     never takes that one's engines for leftovers of its own."""
+    me = os.environ.get(WORKER_ENV)
     table, parent, worker = {}, {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -25,17 +26,13 @@ def process_table() -> dict[int, str]:
         pid = int(entry.name)
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            parent[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if me is not None:
+                parent[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            env = []
         table[pid] = cmd.strip()
-        worker[pid] = next((v[len(WORKER_ENV) + 1:].decode() for v in env
-                            if v.startswith(f"{WORKER_ENV}=".encode())), None)
-    me = os.environ.get(WORKER_ENV)
+        if me is not None:
+            worker[pid] = _worker_of(entry)
     if me is None:
         return table
     # the workers themselves set the name after they started: they are the controller's children
@@ -51,6 +48,24 @@ def process_table() -> dict[int, str]:
         return worker.get(pid)
 
     return {pid: cmd for pid, cmd in table.items() if owner(pid) in (None, me)}
+
+
+def _worker_of(proc: Path) -> str | None:
+    """The pytest-xdist worker named in a process's environment (as it was at exec)."""
+    prefix = f"{WORKER_ENV}=".encode()
+    try:
+        env = (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((v[len(prefix):].decode() for v in env if v.startswith(prefix)), None)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid`, started from any of its threads."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def new_job_processes(before: dict[int, str]) -> list[str]:

@@ -7,16 +7,8 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-from tests.procs import WORKER_ENV, process_table
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
+from tests.procs import WORKER_ENV, children, process_table
 
 
 def test_processes_of_another_worker_are_left_out_and_the_rest_kept(monkeypatch):
@@ -30,7 +22,7 @@ def test_processes_of_another_worker_are_left_out_and_the_rest_kept(monkeypatch)
     bare: list[int] = []
     try:
         deadline = time.monotonic() + 10
-        while not (bare := _children(other.pid)):
+        while not (bare := children(other.pid)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         table = process_table()
@@ -59,8 +51,8 @@ def test_what_another_worker_started_itself_is_left_out(monkeypatch):
         while len(family) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-            family = _children(controller.pid)
-            family += [g for c in family for g in _children(c)]
+            family = children(controller.pid)
+            family += [g for c in family for g in children(c)]
         monkeypatch.setenv(WORKER_ENV, "gw-mine")
         monkeypatch.setattr(os, "getppid", lambda: controller.pid)
         assert not set(family) & set(process_table())

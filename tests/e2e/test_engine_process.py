@@ -8,16 +8,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.procs import process_table
+from tests.procs import children, process_table
 
 pytestmark = pytest.mark.e2e
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
 
 
 def test_the_engine_core_is_forked_from_the_server(shared_engine):
@@ -27,8 +20,8 @@ def test_the_engine_core_is_forked_from_the_server(shared_engine):
                if "vllm.entrypoints.openai.api_server" in cmd and f"--port {port} " in f"{cmd} "]
     assert len(servers) == 1, servers
     server = servers[0]
-    cores = [pid for pid in _children(server) if table.get(pid) == "VLLM::EngineCore"]
-    assert len(cores) == 1, {pid: table.get(pid) for pid in _children(server)}
+    cores = [pid for pid in children(server) if table.get(pid) == "VLLM::EngineCore"]
+    assert len(cores) == 1, {pid: table.get(pid) for pid in children(server)}
     # A forked core still shares the server's written pages (its imports) copy-on-write; a
     # spawned one imported everything itself and shares none (measured: 263 MB vs 0 kB).
     rollup = Path(f"/proc/{cores[0]}/smaps_rollup").read_text().splitlines()

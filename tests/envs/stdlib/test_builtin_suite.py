@@ -18,6 +18,7 @@ from envs.stdlib.rows import GENERATOR_VERSION, Row
 from envs.stdlib.source import python_version
 from envs.stdlib.suite import BUILTIN, load_rows
 from envs.stdlib.testing import run_tests
+from tests.procs import WORKER_ENV
 
 TIMEOUT_S = 120
 
@@ -80,5 +81,5 @@ def test_every_task_runs_for_real(rows, tmp_path):
         _check(pair[1], tmp_path / str(pair[0]))
 
     # beside the end-to-end tests (pytest-xdist), one core: they are the suite's longest path
-    with ThreadPoolExecutor(max_workers=1 if os.environ.get("PYTEST_XDIST_WORKER") else 2) as pool:
+    with ThreadPoolExecutor(max_workers=1 if os.environ.get(WORKER_ENV) else 2) as pool:
         list(pool.map(one, enumerate(rows)))
