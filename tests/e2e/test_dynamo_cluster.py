@@ -47,11 +47,17 @@ def test_kv_routed_sessions_stay_on_their_engine_and_a_killed_one_loses_none(tmp
                      "rollout.max_retries=3")
     victim_log = out / "logs" / "worker-agg1.log"
     deadline = time.monotonic() + 400
-    while not (out / "logs" / "frontend-0.log").exists() or not _served(victim_log, 3):
+    while True:  # kill agg1 with a turn on it: frozen first, so the check and the kill agree
         assert job.poll() is None, job.stdout.read()[-3000:]
-        assert time.monotonic() < deadline, "engine agg1 never served requests"
-        time.sleep(0.5)
-    victim = _worker_pid("agg1", out)
+        assert time.monotonic() < deadline, "engine agg1 never served requests with one running"
+        if (out / "logs" / "frontend-0.log").exists() and _generates(victim_log)[1] >= 3:
+            victim = _worker_pid("agg1", out)
+            os.killpg(victim, signal.SIGSTOP)
+            received, completed = _generates(victim_log)
+            if received > completed:
+                break
+            os.killpg(victim, signal.SIGCONT)
+        time.sleep(0.2)
     os.killpg(victim, signal.SIGKILL)
     log, _ = job.communicate(timeout=900)
     assert job.returncode == 0, log[-3000:]
@@ -73,9 +79,12 @@ def test_kv_routed_sessions_stay_on_their_engine_and_a_killed_one_loses_none(tmp
     assert new_job_processes(before) == []
 
 
-def _served(log: Path, n: int) -> bool:
+def _generates(log: Path) -> tuple[int, int]:
+    """(received, completed) generate requests in a Dynamo worker's log."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    return sum("request completed" in line and '"generate"' in line for line in lines) >= n
+    lines = [line for line in lines if '"generate"' in line]
+    return (sum("request received" in line for line in lines),
+            sum("request completed" in line for line in lines))
 
 
 def _worker_pid(name: str, run_dir: Path) -> int:
