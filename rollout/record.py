@@ -9,7 +9,7 @@ turn whose prompt does not extend the sequence is a prefix break, recorded with 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -208,8 +208,11 @@ class TurnRecord:
         return len(self.completion_token_ids)
 
     def row(self) -> dict[str, Any]:
-        return asdict(self) | {"prompt_tokens": self.prompt_tokens,
-                               "completion_tokens": self.completion_tokens}
+        """Shallow (the lists are the turn's own): asdict deep-copied every turn's token ids,
+        most of a record's CPU."""
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+            "tool_calls": [dict(vars(c)) for c in self.tool_calls],
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,7 @@ def _engine_cache(read: Callable[[], dict[str, dict[str, float]]],
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
-                    console=Console(stderr=True), transient=False)
+                    console=Console(stderr=True), transient=False, refresh_per_second=2)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from serving.endpoint import Endpoint
 from serving.errors import ServerUnavailable
-from serving.frontdoor import KEEPALIVE, PromptTooLong, Sampling
+from serving.frontdoor import KEEPALIVE_S, PromptTooLong, Sampling
 from serving.tool_turn import ToolCallSampler
 from serving.toolcall import CallTooLong, UnsupportedSchema
 
@@ -39,7 +39,8 @@ class ToolCallProxy:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.sampler = ToolCallSampler(endpoint)
-        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, limits=KEEPALIVE)
+        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S))
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)

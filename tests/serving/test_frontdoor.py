@@ -1,12 +1,13 @@
-"""How each front door spells a request and reads the answer (the wire logic only: the real
-servers are in tests/e2e, where every record is checked against them)."""
+"""How each front door spells a request and reads the answer (the wire logic, against a real
+HTTP server on 127.0.0.1 that answers as told; the real serving clusters are in tests/e2e, where
+every record is checked against them)."""
 
 import asyncio
 import json
 import time
 
-import httpx
 import pytest
+from aiohttp import web
 
 from serving import Endpoint, Sampling
 from serving.frontdoor import (
@@ -15,38 +16,75 @@ from serving.frontdoor import (
     ServerUnavailable,
     open_front_door,
 )
+from serving.process import free_port
 from serving.toolcall import ToolCallGrammar
 
 GRAMMAR = ToolCallGrammar({"type": "structural_tag", "format": {"type": "const_string",
                                                                 "value": "x"}},
                           3, "rollfleet-glm:test", {8179: -100.0})
+DROP = None  # a handler's answer: the connection closes under the request
 
 
-def _door(kind, handler, engine_names=None, **endpoint):
-    ep = Endpoint(base_url="http://server/v1", model="m", model_dir="/m", front_door=kind,
-                  **endpoint)
-    door = open_front_door(ep, engine_names)
-    door.http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return door
+class Request:
+    """What the server got: path, headers, JSON body."""
+
+    def __init__(self, path: str, headers: dict[str, str], content: bytes) -> None:
+        self.path, self.headers, self.content = path, headers, content
+        self.body = json.loads(content)
 
 
-def _generate(door, grammar=GRAMMAR):
-    return asyncio.run(door.generate([1, 2, 3], Sampling(16, 0.7, 0.9, 5), grammar, "s1"))
+async def _served(handler, use, kind="dynamo", engine_names=None, **endpoint):
+    """`use(door)` with a door on a server whose every answer is `handler(Request)`: (status,
+    JSON or text), or DROP."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        reply = handler(Request(request.path, dict(request.headers), await request.read()))
+        if reply is DROP:
+            request.transport.close()
+            return web.Response()
+        status, payload = reply
+        if isinstance(payload, str):
+            return web.Response(status=status, text=payload)
+        return web.json_response(payload, status=status)
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    door = open_front_door(Endpoint(base_url=f"http://127.0.0.1:{port}/v1", model="m",
+                                    model_dir="/m", front_door=kind, **endpoint), engine_names)
+    try:
+        return await use(door)
+    finally:
+        await door.aclose()
+        await runner.cleanup()
+
+
+def _generate(handler, kind="dynamo", grammar=GRAMMAR, **kw):
+    return asyncio.run(_served(handler, lambda door: _one(door, grammar), kind, **kw))
+
+
+async def _one(door, grammar=GRAMMAR):
+    return await door.generate([1, 2, 3], Sampling(16, 0.7, 0.9, 5), grammar, "s1")
+
+
+OK_DYNAMO = (200, {"choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
+                   "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
 
 
 def test_vllm_takes_token_ids_and_a_structural_tag_and_returns_the_ids():
     seen = {}
 
     def server(request):
-        seen["path"], seen["body"] = request.url.path, json.loads(request.content)
+        seen["path"], seen["body"] = request.path, request.body
         seen["session"] = request.headers.get(SESSION_HEADER)
-        return httpx.Response(200, json={
-            "choices": [{"token_ids": [7, 8], "prompt_token_ids": [1, 2, 3],
-                         "finish_reason": "stop",
-                         "logprobs": {"token_logprobs": [-0.5, -1.25]}}],
-            "usage": {"prompt_tokens_details": {"cached_tokens": 2}}})
+        return 200, {"choices": [{"token_ids": [7, 8], "prompt_token_ids": [1, 2, 3],
+                                  "finish_reason": "stop",
+                                  "logprobs": {"token_logprobs": [-0.5, -1.25]}}],
+                     "usage": {"prompt_tokens_details": {"cached_tokens": 2}}}
 
-    gen = _generate(_door("vllm", server, engine_names={"": "0"}))
+    gen = _generate(server, "vllm", engine_names={"": "0"})
     body = seen["body"]
     assert seen["path"] == "/v1/completions" and seen["session"] == "s1"
     assert body["prompt"] == [1, 2, 3] and body["return_token_ids"] is True
@@ -63,40 +101,50 @@ def test_dynamo_takes_the_grammar_as_ebnf_and_names_the_workers():
     seen = {}
 
     def server(request):
-        seen["body"] = json.loads(request.content)
-        return httpx.Response(200, json={
+        seen["body"], seen["auth"] = request.body, request.headers.get("Authorization")
+        return 200, {
             "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
             "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9],
-                      "worker_id": {"prefill_worker_id": 255, "decode_worker_id": 16}}})
+                      "worker_id": {"prefill_worker_id": 255, "decode_worker_id": 16}}}
 
-    door = _door("dynamo", server, engine_names={"ff": "prefill0", "10": "decode0"})
-    gen = _generate(door)
+    async def twice(door):
+        first = await _one(door)
+        door.engine_names = {"10": "decode0-restarted"}  # what a dispatch hands the actor
+        return first, await _one(door)
+
+    gen, later = asyncio.run(_served(server, twice, "dynamo", {"ff": "prefill0", "10": "decode0"},
+                                     api_key="k"))
     body = seen["body"]
     assert body["guided_grammar"] == GRAMMAR.ebnf and "structured_outputs" not in body
     assert "logit_bias" not in body  # Dynamo's frontend ignores it: not sent
     assert body["nvext"]["extra_fields"] == ["worker_id", "prompt_token_ids",
                                              "completion_token_ids"]
     assert (gen.token_ids, gen.engine_id, gen.prefill_engine_id) == ([9], "decode0", "prefill0")
-    door.engine_names = {"10": "decode0-restarted"}  # what a dispatch hands the actor
-    assert _generate(door).engine_id == "decode0-restarted"
+    assert later.engine_id == "decode0-restarted" and seen["auth"] == "Bearer k"
 
 
 @pytest.mark.parametrize(("response", "error"), [
-    (httpx.Response(503, text="no engines"), ServerUnavailable),
-    (httpx.Response(404, text="model gone"), ServerUnavailable),
-    (httpx.Response(400, text="This model's maximum context length is 16384"), PromptTooLong),
+    ((503, "no engines"), ServerUnavailable),
+    ((404, "model gone"), ServerUnavailable),
+    ((400, "This model's maximum context length is 16384"), PromptTooLong),
 ])
 def test_server_answers_map_to_what_the_session_does_with_them(response, error):
-    with pytest.raises(error):
-        _generate(_door("vllm", lambda request: response))
+    with pytest.raises(error, match=response[1]):
+        _generate(lambda request: response, "vllm")
 
 
 def test_an_unreachable_server_is_unavailable():
-    def down(request):
-        raise httpx.ConnectError("refused")
+    door = open_front_door(Endpoint(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
+                                    model_dir="/m", front_door="dynamo"))
 
-    with pytest.raises(ServerUnavailable, match="ConnectError"):
-        _generate(_door("dynamo", down))
+    async def use():
+        try:
+            return await _one(door)
+        finally:
+            await door.aclose()
+
+    with pytest.raises(ServerUnavailable, match="dynamo /v1/completions: ClientConnectorError"):
+        asyncio.run(use())
 
 
 def test_a_connection_dropped_under_a_request_is_tried_once_more():
@@ -104,20 +152,19 @@ def test_a_connection_dropped_under_a_request_is_tried_once_more():
 
     def flaky(request):
         calls.append(request.content)
-        if len(calls) == 1:
-            raise httpx.ReadError("connection closed")
-        return httpx.Response(200, json={
-            "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
-            "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
+        return DROP if len(calls) == 1 else OK_DYNAMO
 
-    assert _generate(_door("dynamo", flaky)).token_ids == [9]
+    assert _generate(flaky).token_ids == [9]
     assert len(calls) == 2 and calls[0] == calls[1]
+    calls.clear()
 
     def dropping(request):
-        raise httpx.ReadError("connection closed")
+        calls.append(request.content)
+        return DROP
 
-    with pytest.raises(ServerUnavailable, match="ReadError"):
-        _generate(_door("dynamo", dropping))
+    with pytest.raises(ServerUnavailable, match="ServerDisconnectedError"):
+        _generate(dropping)
+    assert len(calls) == 2  # once more, never more
 
 
 def test_a_shed_request_is_sent_again_until_an_engine_takes_it():
@@ -128,19 +175,16 @@ def test_a_shed_request_is_sent_again_until_an_engine_takes_it():
     def server(request):
         bodies.append(request.content)
         if len(bodies) < 4:
-            return httpx.Response(529, json={"message": "Service temporarily overloaded"})
-        return httpx.Response(200, json={
-            "choices": [{"finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}],
-            "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [9]}})
+            return 529, {"message": "Service temporarily overloaded"}
+        return OK_DYNAMO
 
-    door = _door("dynamo", server)
     start = time.perf_counter()
-    gen = _generate(door)
+    gen = _generate(server)
     assert gen.token_ids == [9] and len(bodies) == 4 and len(set(bodies)) == 1
-    assert gen.latency_s >= time.perf_counter() - start - 0.05  # the waits are in the turn
+    assert gen.latency_s >= time.perf_counter() - start - 0.5  # the waits are in the turn
+    assert gen.latency_s >= sum((0.05, 0.1, 0.2))
     with pytest.raises(ServerUnavailable, match="HTTP 529"):
-        _generate(_door("dynamo", lambda request: httpx.Response(529, text="overloaded"),
-                        request_timeout_s=0.3))
+        _generate(lambda request: (529, "overloaded"), request_timeout_s=0.3)
 
 
 def test_dynamo_release_marks_the_session_final():
@@ -148,9 +192,9 @@ def test_dynamo_release_marks_the_session_final():
 
     def server(request):
         seen.update(request.headers)
-        return httpx.Response(200, json={"choices": []})
+        return 200, {"choices": []}
 
-    asyncio.run(_door("dynamo", server).release("run:t/0:0"))
+    asyncio.run(_served(server, lambda door: door.release("run:t/0:0")))
     assert seen[SESSION_HEADER] == "run:t/0:0" and seen["x-dynamo-session-final"] == "true"
 
 
