@@ -12,7 +12,7 @@ from envs.scoring import Score, score_changes
 from envs.suites import SUITES, load_suite
 from envs.task import EnvError, Task
 from envs.tools import ToolBox, ToolResult, tool_schemas
-from envs.workspace import Changes, Workspace
+from envs.workspace import Changes, StartingTrees, Workspace
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a Python repository. Explore the code with "
@@ -60,8 +60,9 @@ class Episode:
         self.env, self.task = env, task
         try:
             policy = replace(env.policy, mask=(*env.policy.mask, *task.repo.masked_paths()))
+            start = env.trees.get(task.task_id, task.repo.materialize)
             self.workspace = Workspace(task.repo.materialize, root=env.scratch,
-                                       prefix=f"{task.task_id}-", policy=policy)
+                                       prefix=f"{task.task_id}-", policy=policy, start=start)
         except OSError as exc:
             raise SandboxError(f"task {task.task_id}: sandbox could not start: {exc}") from None
         self.calls: list[str] = []  # the names of the calls run, in order
@@ -106,6 +107,7 @@ class Environment:
             raise EnvError(f"env.sandbox: {exc}") from None
         # Start-up: the session folders, mounts and cgroups of dead processes go.
         sweep(self.scratch or Path(tempfile.gettempdir()))
+        self.trees = StartingTrees(self.scratch or Path(tempfile.gettempdir()))
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
         names = [t["function"]["name"] for t in self.tools]
         if cfg.reward == "first_call" and cfg.reward_tool not in names:

@@ -7,7 +7,7 @@ import pytest
 
 from envs import EnvConfig, load
 from envs.sandbox import SandboxPolicy
-from envs.workspace import Changes, ChangesError, Workspace
+from envs.workspace import Changes, ChangesError, StartingTrees, Workspace
 
 
 def _start(dest: Path) -> None:
@@ -57,6 +57,38 @@ def test_git_apply_of_the_diff_rebuilds_every_kind_of_change(tmp_path):
     assert "__pycache__" not in changes.diff  # caches are not changes
     assert "\\ No newline at end of file" in changes.diff
     assert "GIT binary patch" in changes.diff
+
+
+def test_sessions_borrow_their_task_s_starting_tree_and_diff_as_if_they_owned_it(tmp_path):
+    """The starting tree is written into git once per task and process; a session's history
+    borrows its objects (no git run, no object written at start) and its diff is the one a
+    history of its own gives, byte for byte."""
+    trees = StartingTrees(tmp_path / "scratch")
+    start = trees.get("task", _start)
+    assert trees.get("task", lambda dest: pytest.fail("populated twice")) is start
+    policy = SandboxPolicy(isolate=False)
+    borrowing = Workspace(_start, root=tmp_path / "scratch", policy=policy, start=start)
+    owning = Workspace(_start, root=tmp_path / "own", policy=policy)
+    try:
+        objects = borrowing.home / "git" / "objects"
+        assert sorted(p.name for p in objects.iterdir()) == ["info"]  # nothing written
+        assert borrowing.history.start == owning.history.start == start.tree
+        for ws in (borrowing, owning):
+            (ws.path / "pkg" / "mod.py").write_text("def f():\n    return 2\n")
+            (ws.path / "gone.txt").unlink()
+            (ws.path / "new.txt").write_text("new\n")
+        diff = borrowing.changes().diff
+        assert diff == owning.changes().diff and "+    return 2" in diff and "gone.txt" in diff
+        written = [p for p in objects.rglob("*") if p.is_file() and p.parent.name != "info"]
+        assert 0 < len(written) < 5  # the changed file, the new one and their trees only
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        _start(fresh)
+        Changes(diff).apply(fresh)
+        assert _tree(fresh) == _tree(borrowing.path)
+    finally:
+        borrowing.close()
+        owning.close()
 
 
 def test_text_that_is_not_utf8_makes_every_patch_binary_and_exact(tmp_path):
