@@ -54,6 +54,11 @@ MUTATIONS = [
     ("the sink fsyncs neither the record nor its folder", "rollout/sink.py",
      "        os.fsync(f.fileno())\n", "        f.flush()\n",
      ["tests/rollout/test_record.py::test_each_record_and_its_folder_entry_are_fsynced"]),
+    ("a session's history writes its starting tree again instead of borrowing it",
+     "envs/workspace.py", "        if start is None:\n            self._git(\"init\"",
+     "        if True:\n            self._git(\"init\"",
+     ["tests/envs/test_workspace.py::"
+      "test_sessions_borrow_their_task_s_starting_tree_and_diff_as_if_they_owned_it"]),
     ("the retry wait does not double", "rollout/scheduler.py",
      "wait = self.backoff_s * 2 ** job.attempt", "wait = self.backoff_s",
      ["tests/rollout/test_scheduler.py::test_the_wait_before_a_retry_doubles"]),
