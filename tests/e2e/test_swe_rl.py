@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -178,6 +179,27 @@ def test_sigterm_midway_stops_everything_with_one_line(tmp_path):
     time.sleep(1)
     assert new_job_processes(before) == []
     assert not os.path.exists(out / "dataset")
+
+
+def test_the_job_runs_on_the_per_command_sandbox_path(tmp_path, on_shared_engine):
+    """env.sandbox.persistent=false, a sandbox per command (the other path of issue 26; the
+    job's default is one per session): every record as sampled, every sandboxed call run, every
+    session scored, nothing left running."""
+    before = process_table()
+    out = tmp_path / "run"
+    job = _job("+experiment=swe_rl", f"output.dir={out}", "logger=none",
+               "+env.sandbox.persistent=false", *on_shared_engine)
+    log, _ = job.communicate(timeout=900)
+    assert job.returncode == 0, log[-3000:]
+    time.sleep(1)
+    assert new_job_processes(before) == []
+    ds = load_from_disk(str(out / "dataset"))
+    assert len(ds) == 10
+    assert check_records(ds, engines={"external"})["multi_turn"] >= 2
+    for row in ds:  # a bash call's output ends with the status its sandbox returned
+        for call in (c for t in row["turns"] for c in t["tool_calls"] if c["name"] == "bash"):
+            assert re.search(r"\n\[(exit code -?\d+|timed out)\]$", call["output"]), call
+    assert all(row["reward_info"]["tests_total"] > 0 for row in ds if row["status"] == "ok")
 
 
 def test_the_stock_constraint_runs_message_in_and_says_where_history_broke(tmp_path,
