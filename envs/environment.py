@@ -106,8 +106,9 @@ class Environment:
         except (TypeError, ValueError) as exc:
             raise EnvError(f"env.sandbox: {exc}") from None
         # Start-up: the session folders, mounts and cgroups of dead processes go.
-        sweep(self.scratch or Path(tempfile.gettempdir()))
-        self.trees = StartingTrees(self.scratch or Path(tempfile.gettempdir()))
+        root = self.scratch or Path(tempfile.gettempdir())
+        sweep(root)
+        self.trees = StartingTrees(root)
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
         names = [t["function"]["name"] for t in self.tools]
         if cfg.reward == "first_call" and cfg.reward_tool not in names:
