@@ -81,6 +81,9 @@ class OutputConfig:
     root: str = "runs"
     dir: str = "runs/rollout"  # conf/output/default.yaml: <root>/<run_name>/<time>
     shard_size: int = 64  # records per compacted parquet shard
+    # records that land within this many seconds of the first go to disk as one file (each
+    # counts as done once it is there): one file and fsync per record cost the driver 2.8 ms
+    commit_s: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,8 @@ class Rollouts:
             lambda: worker_cls.remote(g["env"], endpoint, sampling, limits, int(cfg.seed),
                                       provenance, self.board),
             rollout.workers, admission, rollout.max_retries, provenance,
-            rollout.retry_backoff_s, rollout.max_consecutive_infra, roster.names)
+            rollout.retry_backoff_s, rollout.max_consecutive_infra, roster.names,
+            g["output"].commit_s)
         self.sink = RecordSink(self.run.path, g["output"].shard_size)
         self.samples = rollout.samples_per_task
         self.source = GroupSource(sorted(env.tasks), self.samples, self.ahead)
@@ -185,14 +186,15 @@ class Rollouts:
             self._failure = exc
             self.source.stop()
 
-    def _landed(self, record: dict[str, Any]) -> None:
-        self.sink.write(record)  # on disk before it counts
-        group = self._partial[record["group_id"]]
-        group.append(record)
-        if len(group) == self.samples:
-            del self._partial[record["group_id"]]
-            self._ready.put(Group(record["group_id"],
-                                  sorted(group, key=lambda r: r["sample_index"])))
+    def _landed(self, records: list[dict[str, Any]]) -> None:
+        self.sink.write(records)  # on disk before they count
+        for record in records:
+            group = self._partial[record["group_id"]]
+            group.append(record)
+            if len(group) == self.samples:
+                del self._partial[record["group_id"]]
+                self._ready.put(Group(record["group_id"],
+                                      sorted(group, key=lambda r: r["sample_index"])))
 
     def _finish(self) -> None:
         """Stop starting groups, let the sessions in flight end, write the dataset."""

@@ -144,20 +144,21 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
                                           provenance),
                 rollout.workers, _admission(rollout, roster.kv_states), rollout.max_retries,
                 provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
-                roster.names)
+                roster.names, groups["output"].commit_s)
             with _progress() as progress:
                 bar = progress.add_task("sessions", total=len(jobs), status="")
                 tally = RunningTally()
                 started = time.perf_counter()
 
-                def on_record(record: dict[str, Any]) -> None:
-                    sink.write(record)  # on disk before it counts as done
-                    tracker.log_record(record)
-                    tally.add(record)
-                    progress.update(bar, advance=1, status=tally.line(
+                def on_records(records: list[dict[str, Any]]) -> None:
+                    sink.write(records)  # on disk before they count as done
+                    for record in records:
+                        tracker.log_record(record)
+                        tally.add(record)
+                    progress.update(bar, advance=len(records), status=tally.line(
                         scheduler.in_flight, time.perf_counter() - started))
 
-                scheduler.run(jobs, on_record)
+                scheduler.run(jobs, on_records)
             return _engine_cache(roster.prefix_hits, counted)
         finally:
             ray.shutdown()

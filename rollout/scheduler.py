@@ -10,6 +10,10 @@ What is retried, and what is not:
   status `error` and the traceback, never retried, never scored.
 After `max_consecutive_infra` infrastructure failures in a row the run stops (RunAborted) with
 what finished already on disk.
+
+Records are handed on in batches: those that land within `commit_s` of the first one go
+together (the sink writes them as one file), and whatever landed is handed on before `run`
+returns or raises.
 """
 
 from __future__ import annotations
@@ -56,13 +60,44 @@ class JobList(JobSource):
         return not self.jobs
 
 
+class CommitWindow:
+    """Records that land within `window_s` of the first one, handed on together."""
+
+    def __init__(self, hand_on: Callable[[list[dict[str, Any]]], None], window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.hand_on, self.window_s, self.clock = hand_on, window_s, clock
+        self.records: list[dict[str, Any]] = []
+        self.opened = 0.0
+
+    def add(self, record: dict[str, Any]) -> None:
+        if not self.records:
+            self.opened = self.clock()
+        self.records.append(record)
+
+    def wait_s(self, longest: float) -> float:
+        """How long the scheduler may wait for the next record before the window is due."""
+        if not self.records:
+            return longest
+        return max(0.0, min(longest, self.opened + self.window_s - self.clock()))
+
+    def flush_if_due(self) -> None:
+        if self.records and self.clock() - self.opened >= self.window_s:
+            self.flush()
+
+    def flush(self) -> None:
+        records, self.records = self.records, []  # emptied first: a failing hand_on runs once
+        if records:
+            self.hand_on(records)
+
+
 class Scheduler:
     """Least-loaded dispatch over a fixed set of actors, as many in flight as admitted."""
 
     def __init__(self, make_worker: Callable[[], Any], num_workers: int, admission: Admission,
                  max_retries: int, provenance: Provenance, backoff_s: float = 0.0,
                  max_consecutive_infra: int = 20,
-                 engine_names: Callable[[], dict[str, str]] = dict) -> None:
+                 engine_names: Callable[[], dict[str, str]] = dict,
+                 commit_s: float = 0.0) -> None:
         self.make_worker = make_worker
         self.workers = [make_worker() for _ in range(num_workers)]
         self.admission = admission
@@ -71,13 +106,22 @@ class Scheduler:
         self.backoff_s = backoff_s
         self.max_consecutive_infra = max_consecutive_infra
         self.engine_names = engine_names  # the engines as they are now (restarts rename them)
+        self.commit_s = commit_s
         self.consecutive_infra = 0
         self.in_flight = 0  # sessions running now (for the progress display)
 
     def run(self, jobs: list[Job] | JobSource,
-            on_record: Callable[[dict[str, Any]], None]) -> None:
-        """Run every job of `jobs` (a list, or a source that hands out jobs as it allows)."""
+            on_records: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Run every job of `jobs` (a list, or a source that hands out jobs as it allows);
+        `on_records` gets the records as they land, a commit window's at a time."""
         source = jobs if isinstance(jobs, JobSource) else JobList(jobs)
+        landed = CommitWindow(on_records, self.commit_s)
+        try:
+            self._run(source, landed)
+        finally:  # on every way out, what landed is handed on
+            landed.flush()
+
+    def _run(self, source: JobSource, landed: CommitWindow) -> None:
         queue: list[Job] = []  # retries due now
         delayed: list[tuple[float, Job]] = []  # retries waiting out their backoff
         pending: dict[ray.ObjectRef, tuple[Job, int, Any]] = {}
@@ -97,10 +141,11 @@ class Scheduler:
                 load[w] += 1
             self.in_flight = len(pending)
             if not pending:
+                landed.flush()  # nothing else can land before the next start
                 time.sleep(0.05 if not delayed else min(1.0, min(d for d, _ in delayed) - now))
                 continue
             with _signals_pass_through():
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=landed.wait_s(1.0))
             for ref in ready:
                 job, w, worker = pending.pop(ref)
                 load[w] -= 1
@@ -117,7 +162,8 @@ class Scheduler:
                 else:
                     self.consecutive_infra = 0
                     self.admission.observe(record)
-                on_record(record)
+                landed.add(record)
+            landed.flush_if_due()
 
     def _count_infra(self, record: dict[str, Any]) -> None:
         self.consecutive_infra += 1

@@ -31,9 +31,10 @@ MUTATIONS = [
      ["tests/serving/test_vllm_engine.py::"
       "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),
     ("the sink buffers records instead of writing each", "rollout/sink.py",
-     "        _write_durably(pa.Table.from_pylist([row], schema=self.schema), path)\n",
-     "        self.__dict__.setdefault('buffer', []).append(row)\n",
-     ["tests/rollout/test_record.py::test_each_record_is_on_disk_when_write_returns",
+     "        _write_durably(pa.Table.from_pylist(rows, schema=self.schema), path)\n",
+     "        self.__dict__.setdefault('buffer', []).extend(rows)\n",
+     ["tests/rollout/test_record.py::"
+      "test_records_written_together_are_one_file_on_disk_when_write_returns",
       "tests/rollout/test_record.py::test_records_written_before_a_sigkill_survive"]),
     ("the scheduler records infrastructure errors instead of retrying", "rollout/scheduler.py",
      "                    if job.attempt < self.max_retries:", "                    if False:",
@@ -59,6 +60,11 @@ MUTATIONS = [
      "        if True:\n            self._git(\"init\"",
      ["tests/envs/test_workspace.py::"
       "test_sessions_borrow_their_task_s_starting_tree_and_diff_as_if_they_owned_it"]),
+    ("the scheduler drops the records that landed when the run stops", "rollout/scheduler.py",
+     "        finally:  # on every way out, what landed is handed on\n            landed.flush()\n",
+     "        finally:\n            pass\n",
+     ["tests/rollout/test_scheduler.py::"
+      "test_what_landed_before_the_run_stops_is_handed_on_before_it_raises"]),
     ("the retry wait does not double", "rollout/scheduler.py",
      "wait = self.backoff_s * 2 ** job.attempt", "wait = self.backoff_s",
      ["tests/rollout/test_scheduler.py::test_the_wait_before_a_retry_doubles"]),

@@ -117,8 +117,10 @@ def test_rescoring_catches_a_corrupted_record_and_a_corrupted_diff(swe_rl_run, t
     assert f"at ('{rows[0]['rollout_id']}', 0, 3)" in proc.stdout
 
 
-def _parts(out: Path) -> list[Path]:
-    return sorted((out / "data").glob("part-*.parquet")) if (out / "data").exists() else []
+def _on_disk(out: Path) -> list[str]:
+    """The rollout ids of every record file the job has renamed into place so far."""
+    parts = sorted((out / "data").glob("part-*.parquet")) if (out / "data").exists() else []
+    return [rid for p in parts for rid in pq.read_table(p)["rollout_id"].to_pylist()]
 
 
 def test_sigkill_keeps_every_finished_rollout_and_a_rerun_completes_the_set(
@@ -131,13 +133,13 @@ def test_sigkill_keeps_every_finished_rollout_and_a_rerun_completes_the_set(
                  "logger=none", *on_shared_engine)
     job = _job(*overrides)
     deadline = time.monotonic() + 600
-    while len(_parts(out)) < 3:
+    while len(_on_disk(out)) < 3:
         assert job.poll() is None, job.stdout.read()[-3000:]
         assert time.monotonic() < deadline, "no rollout finished"
         time.sleep(0.2)
     job.kill()  # SIGKILL: no handler runs, nothing is flushed by the job
     job.wait()
-    finished = [pq.read_table(p)["rollout_id"].to_pylist()[0] for p in _parts(out)]
+    finished = _on_disk(out)
     assert len(finished) >= 3 and len(set(finished)) == len(finished)
     killed_at = time.monotonic()
     rerun = _job(*overrides)  # beside what the killed job left, which must not disturb it

@@ -83,35 +83,38 @@ def _record(job, status="ok", reward=1.0):
     return build_record(job, PROV, Outcome(status, "submitted", reward=reward), trace)
 
 
-def test_each_record_is_on_disk_when_write_returns(tmp_path):
+def test_records_written_together_are_one_file_on_disk_when_write_returns(tmp_path):
     sink = RecordSink(tmp_path, shard_size=2)
-    sink.write(_record(Job("a", 0)))
-    [part] = sink.parts()
-    assert pq.read_table(part)["rollout_id"].to_pylist() == ["a/0"]
+    sink.write([_record(Job("a", 0)), _record(Job("a", 1), reward=0.0)])
+    sink.write([_record(Job("b", 0))])
+    first, second = sink.parts()
+    assert pq.read_table(first).to_pydict()["rollout_id"] == ["a/0", "a/1"]
+    assert pq.read_table(first).to_pydict()["reward"] == [1.0, 0.0]
+    assert pq.read_table(second)["rollout_id"].to_pylist() == ["b/0"]
     assert not list((tmp_path / "data").glob("*.tmp"))
 
 
-def test_the_sink_refuses_keys_outside_the_schema(tmp_path):
+def test_the_sink_refuses_keys_outside_the_schema_and_writes_none_of_the_batch(tmp_path):
     sink = RecordSink(tmp_path)
     with pytest.raises(SchemaError, match=r"unknown keys \['surprise'\]"):
-        sink.write({**_record(Job("a", 0)), "surprise": 1})
+        sink.write([_record(Job("a", 1)), {**_record(Job("a", 0)), "surprise": 1}])
     rec = _record(Job("a", 0))
     del rec["reward"]
     with pytest.raises(SchemaError, match=r"missing keys \['reward'\]"):
-        sink.write(rec)
+        sink.write([rec])
     assert sink.parts() == []
 
 
 def test_compaction_resume_and_retries(tmp_path):
     sink = RecordSink(tmp_path, shard_size=2)
-    sink.write(_record(Job("a", 0)))
-    sink.write(_record(Job("a", 1), status="infra_error"))
-    sink.write(_record(Job("b", 0)))
+    sink.write([_record(Job("a", 0))])
+    sink.write([_record(Job("a", 1), status="infra_error")])
+    sink.write([_record(Job("b", 0))])
     sink.compact()
     assert len(sink.shards()) == 2 and sink.parts() == []
     resumed = RecordSink(tmp_path)
     assert resumed.done_ids() == {"a/0", "b/0"}  # infra errors are run again
-    resumed.write(_record(Job("a", 1)))  # the retry
+    resumed.write([_record(Job("a", 1))])  # the retry
     # readable mid-run as parquet, shards and single records together
     mid = load_dataset("parquet", data_dir=str(tmp_path / "data"), split="train")
     assert sorted(mid["rollout_id"]) == ["a/0", "a/1", "a/1", "b/0"]
@@ -127,7 +130,7 @@ from tests.rollout.test_record import _record
 from rollout.sink import RecordSink
 sink = RecordSink(__import__("pathlib").Path(sys.argv[1]))
 for i in range(3):
-    sink.write(_record(Job("k", i)))
+    sink.write([_record(Job("k", i))])
     print(i, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -146,9 +149,19 @@ def test_each_record_and_its_folder_entry_are_fsynced(tmp_path, monkeypatch):
     synced = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real(fd)))
-    RecordSink(tmp_path).write(_record(Job("a", 0)))
+    RecordSink(tmp_path).write([_record(Job("a", 0))])
     assert [stat.S_ISREG(m) for m in synced] == [True, False]  # the file, then its folder
     assert stat.S_ISDIR(synced[1])
+
+
+def test_shards_hold_whole_parts_of_at_least_shard_size_rows_in_order(tmp_path):
+    sink = RecordSink(tmp_path, shard_size=3)
+    batches = [["a"], ["b", "c"], ["d", "e", "f", "g"], ["h"]]
+    for batch in batches:
+        sink.write([_record(Job(t, 0)) for t in batch])
+    sink.compact()
+    shards = [pq.read_table(s)["task_id"].to_pylist() for s in sink.shards()]
+    assert shards == [["a", "b", "c"], ["d", "e", "f", "g"], ["h"]] and sink.parts() == []
 
 
 def test_the_trainer_view_leaves_out_what_no_trainer_should_see():

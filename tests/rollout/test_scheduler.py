@@ -10,7 +10,7 @@ import ray
 
 from rollout.admission import FixedWindow
 from rollout.record import Job, Outcome, Provenance, build_record
-from rollout.scheduler import RunAborted, Scheduler
+from rollout.scheduler import CommitWindow, RunAborted, Scheduler
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")
 
@@ -75,14 +75,20 @@ class ScriptedWorker:
 
 
 def _run(plan, jobs, window=4, retries=2, backoff=0.1, max_infra=20, names=lambda: {},
-         ledger=None):
+         ledger=None, commit_s=0.0, batches=None):
     ledger = ledger or Ledger.remote()
     records = []
+    batches = [] if batches is None else batches
+
+    def on_records(landed):
+        batches.append([r["rollout_id"] for r in landed])
+        records.extend(landed)
+
     sched = Scheduler(lambda: ScriptedWorker.remote(plan, ledger), 2, FixedWindow(window),
-                      retries, PROV, backoff, max_infra, names)
+                      retries, PROV, backoff, max_infra, names, commit_s)
     start = time.monotonic()
     try:
-        sched.run(jobs, records.append)
+        sched.run(jobs, on_records)
     finally:  # an actor left to ray.shutdown() alone outlived the suite (seen 2026-12-02)
         for worker in sched.workers:
             ray.kill(worker)
@@ -150,3 +156,64 @@ def test_no_more_sessions_run_at_once_than_admitted_and_each_sees_the_engines_no
                                names=lambda: {"id": f"v{next(versions)}"})
     assert peak == 3
     assert len({n["id"] for n in seen}) == 12  # each dispatch carried the names of that moment
+
+
+def test_records_that_land_within_the_commit_window_are_handed_on_together():
+    jobs = [Job("t", i) for i in range(4)]
+    batches = []
+    records, _, _, _, wall = _run({}, jobs, window=4, commit_s=30.0, batches=batches)
+    assert [sorted(b) for b in batches] == [["t/0", "t/1", "t/2", "t/3"]]
+    assert wall < 30  # the last ones are handed on when nothing is left, not at the window
+    batches.clear()
+    _run({}, jobs, window=4, commit_s=0.0, batches=batches)
+    assert sorted(batches) == [["t/0"], ["t/1"], ["t/2"], ["t/3"]]
+
+
+def test_what_landed_before_the_run_stops_is_handed_on_before_it_raises():
+    plan = {"t/0": ["ok"], **{f"t/{i}": ["infra"] for i in range(1, 4)}}
+    batches = []
+    with pytest.raises(RunAborted):
+        _run(plan, [Job("t", i) for i in range(4)], window=1, retries=0, max_infra=3,
+             commit_s=30.0, batches=batches)
+    assert batches == [["t/0", "t/1", "t/2"]]  # the third failure in a row stopped it
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_commit_window_opens_with_its_first_record_and_is_due_after_its_length():
+    clock, handed = _Clock(), []
+    window = CommitWindow(handed.append, 1.0, clock)
+    assert window.wait_s(5.0) == 5.0  # nothing waiting: wait as long as the caller likes
+    window.add({"n": 1})
+    clock.now += 0.6
+    window.add({"n": 2})
+    assert window.wait_s(5.0) == pytest.approx(0.4)
+    window.flush_if_due()
+    assert handed == []
+    clock.now += 0.4
+    window.flush_if_due()
+    assert handed == [[{"n": 1}, {"n": 2}]]
+    clock.now += 10.0
+    window.add({"n": 3})  # a new window opens now, not at the last flush
+    assert window.wait_s(5.0) == pytest.approx(1.0)
+
+
+def test_a_failing_hand_on_is_not_called_again_with_the_same_records():
+    calls = []
+
+    def hand_on(records):
+        calls.append(records)
+        raise OSError("disk full")
+
+    window = CommitWindow(hand_on, 0.0)
+    window.add({"n": 1})
+    with pytest.raises(OSError):
+        window.flush()
+    window.flush()  # the scheduler's final flush, on the way out
+    assert calls == [[{"n": 1}]]
