@@ -166,7 +166,7 @@ def test_sigterm_midway_stops_everything_with_one_line(tmp_path):
     job = _job("+experiment=swe_rl", f"output.dir={out}", "rollout.samples_per_task=8",
                "logger=none")
     deadline = time.monotonic() + 300
-    while len(_parts(out)) < 2:
+    while len(_on_disk(out)) < 2:
         assert job.poll() is None, job.stdout.read()
         assert time.monotonic() < deadline, "no rollout finished"
         time.sleep(0.2)
@@ -177,7 +177,7 @@ def test_sigterm_midway_stops_everything_with_one_line(tmp_path):
     assert log.strip().splitlines()[-1] == (
         f"error: stopped by SIGTERM; finished rollouts are on disk in {out} "
         f"(rerun with output.dir={out} to resume)")
-    assert len(_parts(out)) >= 2
+    assert len(_on_disk(out)) >= 2
     time.sleep(1)
     assert new_job_processes(before) == []
     assert not os.path.exists(out / "dataset")
