@@ -16,6 +16,9 @@ from envs.unittest_output import parse_unittest
 
 REQUIRED_KEYS = ("id", "statement")
 HIDDEN = "_hidden_tests"
+# The tests need the standard library only: -S skips site's .pth files (2 ms of a 39 ms test
+# run in a sandbox here, 12 ms of a bare interpreter start in the project's venv).
+UNITTEST = ("-S", "-m", "unittest", "discover", "-s")
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,10 @@ class MiniRepo:
             shutil.copy(test, hidden / test.name)
 
     def hidden_test_argv(self, python: str) -> list[str]:
-        return [python, "-m", "unittest", "discover", "-s", HIDDEN]
+        return [python, *UNITTEST, HIDDEN]
 
     def visible_test_argv(self, python: str) -> list[str]:
-        return [python, "-m", "unittest", "discover", "-s", "tests"]
+        return [python, *UNITTEST, "tests"]
 
     def grade(self, output: str, exit_code: int | None) -> Grade:
         total, failed = parse_unittest(output)
