@@ -130,4 +130,35 @@ def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | No
                          if span else 0.0),
         "sim_hours": summary.get("duration_ms", 0.0) / 3.6e6,
         "preemptions": summary.get("preemptions"),
+    } | where_ttft_goes(done)
+
+
+def where_ttft_goes(done: list[dict]) -> dict[str, Any]:
+    """On a P:D fleet: TTFT split into the wait for a prefill worker, the prefill, and the
+    handoff (KV transfer, decode admission, first step), p90 of each; each prefill worker's
+    share of the requests; and how often a session's next turn was prefilled where its last
+    one was (the prefill cache can only help a turn that returns to it)."""
+    split = [r for r in done if r.get("prefill_admit_ms") is not None
+             and r.get("source_held_ms") is not None and r.get("first_token_ms") is not None]
+    if not split:
+        return {}
+    per_worker: dict[int, int] = {}
+    last: dict[str, int] = {}
+    stayed = returned = 0
+    for r in sorted(split, key=lambda r: (str(r["session_id"]), r["turn_index"])):
+        worker = r["prefill_worker_idx"]
+        per_worker[worker] = per_worker.get(worker, 0) + 1
+        if r["session_id"] in last:
+            returned += 1
+            stayed += last[r["session_id"]] == worker
+        last[r["session_id"]] = worker
+    return {
+        "ttft_prefill_wait_p90_s": percentile(
+            [(r["prefill_admit_ms"] - r["arrival_time_ms"]) / 1000 for r in split], 0.9),
+        "ttft_prefill_p90_s": percentile(
+            [(r["source_held_ms"] - r["prefill_admit_ms"]) / 1000 for r in split], 0.9),
+        "ttft_handoff_p90_s": percentile(
+            [(r["first_token_ms"] - r["source_held_ms"]) / 1000 for r in split], 0.9),
+        "prefill_worker_share": [round(per_worker[w] / len(split), 3) for w in sorted(per_worker)],
+        "next_turn_same_prefill": stayed / returned if returned else float("nan"),
     }

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollfleet.paths import ROOT
-from serving.simulate import descriptors, perf, planner, workload
+from rollfleet.stats import percentile
+from serving.simulate import descriptors, offline, perf, planner, workload
 from serving.simulate.cli import load, main
 from tests.procs import new_job_processes, process_table
 
@@ -77,7 +78,33 @@ def test_the_same_seed_gives_the_same_trace_and_numbers(tmp_path: Path):
 
     first, again, other = run("a", 0), run("b", 0), run("c", 1)
     assert first == again
+    # the replay's own timestamps split each TTFT: the three parts add up to at least p50's
+    parts = ("ttft_prefill_wait_p90_s", "ttft_prefill_p90_s", "ttft_handoff_p90_s")
+    assert sum(first[0][k] for k in parts) >= first[0]["ttft_p50_s"] > 0
+    assert first[0]["prefill_worker_share"] == [1.0]  # one prefill worker: every request
     assert other[1] != first[1] and other[0] != first[0]
+
+
+def _request(session: str, turn: int, worker: int, arrival: float, admit: float, held: float,
+             first: float) -> dict:
+    return {"session_id": session, "turn_index": turn, "prefill_worker_idx": worker,
+            "arrival_time_ms": arrival, "prefill_admit_ms": admit, "source_held_ms": held,
+            "first_token_ms": first}
+
+
+def test_ttft_is_split_at_the_replay_s_own_timestamps_and_stickiness_counts_returns():
+    done = [  # s0 stays on worker 0 twice, then moves; s1 starts on 1 and stays
+        _request("s0", 0, 0, 0, 1000, 3000, 3100), _request("s0", 1, 0, 0, 0, 500, 600),
+        _request("s0", 2, 1, 0, 200, 700, 1700), _request("s1", 0, 1, 0, 0, 400, 450),
+        _request("s1", 1, 1, 0, 0, 400, 450)]
+    got = offline.where_ttft_goes(done)
+    assert got["prefill_worker_share"] == [0.4, 0.6]
+    assert got["next_turn_same_prefill"] == pytest.approx(2 / 3)  # s0: 1 of 2 returns, s1: 1 of 1
+    assert got["ttft_prefill_wait_p90_s"] == pytest.approx(percentile([1, 0, 0.2, 0, 0], 0.9))
+    assert got["ttft_prefill_p90_s"] == pytest.approx(percentile([2, 0.5, 0.5, 0.4, 0.4], 0.9))
+    assert got["ttft_handoff_p90_s"] == pytest.approx(percentile([0.1, 0.1, 1, .05, .05], 0.9))
+    aggregated = [{k: v for k, v in r.items() if k != "prefill_admit_ms"} for r in done]
+    assert offline.where_ttft_goes(aggregated) == {}  # no prefill pool: nothing to split
 
 
 def test_live_mocker_engines_behind_the_real_frontend(tmp_path: Path):
