@@ -451,6 +451,9 @@ def _main(argv: list[str]) -> int:
         if cfg.workload == "static" and not 0 <= cfg.prefix < cfg.isl:
             raise ConfigError(f"simulate.prefix={cfg.prefix} must be >= 0 and below "
                               f"simulate.isl={cfg.isl}")
+        if not cfg.overlap_credit >= 0:  # NaN included
+            raise ConfigError(f"simulate.overlap_credit={cfg.overlap_credit} must be a number "
+                              ">= 0 (what one cached block is worth against one queued)")
         if cfg.workload == "static" and cfg.mode == "live":
             raise ConfigError("simulate.workload=static runs offline only (the live mocker "
                               "has no shared prefix): set simulate.mode=offline")

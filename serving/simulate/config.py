@@ -50,6 +50,10 @@ class SimulateConfig:
     groups: int = 1  # groups of `prefill_engines` P : `decode_engines` D
     lifetimes: int = 3  # sessions each lane runs; figures come from the middle ones
     policy: str = one_of("kv", (*POLICIES, "kv_soft"))
+    # kv: what one cached block is worth against one block of queued prefill when the router
+    # picks a worker (Dynamo's overlap_score_credit, 1.0 its default): above 1, sessions stay
+    # with the worker that holds their context at a larger load gap
+    overlap_credit: float = 1.0
     target_tok_s: float = 100.0  # per user, decoding
     ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
     seed: int = 0

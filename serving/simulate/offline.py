@@ -74,10 +74,11 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
 
 
 def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
-        measure: tuple[int, int] | None = None) -> dict[str, Any]:
+        measure: tuple[int, int] | None = None, overlap_credit: float = 1.0) -> dict[str, Any]:
     """Replay `trace` closed-loop with `lanes` concurrent sessions; figures from the requests
     of sessions `measure[0] <= index < measure[1]` (the steady state: lanes have desynchronized
     and none has run dry yet)."""
+    from dynamo._core import KvRouterConfig
     from dynamo.replay import run_trace_replay
 
     if policy not in POLICIES:
@@ -85,6 +86,8 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
                          "(session affinity runs live: --mode live)")
     kw: dict[str, Any] = dict(trace_block_size=512, capture_per_request=True,
                               router_mode=POLICIES[policy], replay_concurrency=lanes)
+    if policy == "kv" and overlap_credit != 1.0:
+        kw["router_config"] = KvRouterConfig(overlap_score_credit=overlap_credit)
     if fleet.agg_workers:
         kw.update(extra_engine_args=engine_args(fleet, "aggregated"),
                   num_workers=fleet.agg_workers)
@@ -97,7 +100,8 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
     report = run_trace_replay(str(trace), **kw)
     wall = time.monotonic() - t0
     return summarize(report.summary, report.per_request, measure) | {
-        "wall_s": round(wall, 2), "lanes": lanes, "policy": policy}
+        "wall_s": round(wall, 2), "lanes": lanes, "policy": policy,
+        "overlap_credit": overlap_credit}
 
 
 def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | None) -> dict:
