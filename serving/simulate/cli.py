@@ -454,6 +454,9 @@ def _main(argv: list[str]) -> int:
         if not cfg.overlap_credit >= 0:  # NaN included
             raise ConfigError(f"simulate.overlap_credit={cfg.overlap_credit} must be a number "
                               ">= 0 (what one cached block is worth against one queued)")
+        if not 0 <= cfg.host_hit_weight <= 1:
+            raise ConfigError(f"simulate.host_hit_weight={cfg.host_hit_weight} must be within "
+                              "0 ... 1 (what a host-tier block counts for against a GPU one)")
         if cfg.workload == "static" and cfg.mode == "live":
             raise ConfigError("simulate.workload=static runs offline only (the live mocker "
                               "has no shared prefix): set simulate.mode=offline")

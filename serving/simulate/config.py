@@ -54,6 +54,9 @@ class SimulateConfig:
     # picks a worker (Dynamo's overlap_score_credit, 1.0 its default): above 1, sessions stay
     # with the worker that holds their context at a larger load gap
     overlap_credit: float = 1.0
+    # kv: what a block the worker holds in its host tier (not on the GPU) counts for against a
+    # block on the GPU (Dynamo's host_cache_hit_weight, 0.75 its default)
+    host_hit_weight: float = 0.75
     target_tok_s: float = 100.0  # per user, decoding
     ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
     seed: int = 0

@@ -74,7 +74,8 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
 
 
 def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
-        measure: tuple[int, int] | None = None, overlap_credit: float = 1.0) -> dict[str, Any]:
+        measure: tuple[int, int] | None = None, overlap_credit: float = 1.0,
+        host_hit_weight: float = 0.75) -> dict[str, Any]:
     """Replay `trace` closed-loop with `lanes` concurrent sessions; figures from the requests
     of sessions `measure[0] <= index < measure[1]` (the steady state: lanes have desynchronized
     and none has run dry yet)."""
@@ -86,8 +87,9 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
                          "(session affinity runs live: --mode live)")
     kw: dict[str, Any] = dict(trace_block_size=512, capture_per_request=True,
                               router_mode=POLICIES[policy], replay_concurrency=lanes)
-    if policy == "kv" and overlap_credit != 1.0:
-        kw["router_config"] = KvRouterConfig(overlap_score_credit=overlap_credit)
+    if policy == "kv" and (overlap_credit, host_hit_weight) != (1.0, 0.75):  # else Dynamo's
+        kw["router_config"] = KvRouterConfig(overlap_score_credit=overlap_credit,
+                                             host_cache_hit_weight=host_hit_weight)
     if fleet.agg_workers:
         kw.update(extra_engine_args=engine_args(fleet, "aggregated"),
                   num_workers=fleet.agg_workers)
@@ -101,7 +103,7 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
     wall = time.monotonic() - t0
     return summarize(report.summary, report.per_request, measure) | {
         "wall_s": round(wall, 2), "lanes": lanes, "policy": policy,
-        "overlap_credit": overlap_credit}
+        "overlap_credit": overlap_credit, "host_hit_weight": host_hit_weight}
 
 
 def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | None) -> dict:

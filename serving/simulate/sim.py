@@ -113,7 +113,8 @@ class Sim:
         else:
             lo = lanes if self.cfg.lifetimes >= 3 else lanes // 2
             result = offline.run(trace, fleet, lanes, policy, measure=(lo, count - lanes),
-                                 overlap_credit=self.cfg.overlap_credit)
+                                 overlap_credit=self.cfg.overlap_credit,
+                                 host_hit_weight=self.cfg.host_hit_weight)
         self.runs += 1
         result["ok"] = self.meets(result)
         log.info("%s lanes=%d %s: %.1f tok/s/user, TTFT p90 %.2f s, %.1f s", policy, lanes,

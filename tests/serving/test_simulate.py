@@ -85,18 +85,21 @@ def test_the_same_seed_gives_the_same_trace_and_numbers(tmp_path: Path):
     assert other[1] != first[1] and other[0] != first[0]
 
 
-def test_the_router_s_overlap_credit_reaches_the_replay(tmp_path: Path, capsys):
-    """simulate.overlap_credit reaches the replay's router config; a negative one is refused
-    before anything runs, with the key's name."""
-    def run(credit: float) -> int:
+def test_the_router_s_cache_credits_reach_the_replay(tmp_path: Path, capsys):
+    """simulate.overlap_credit and host_hit_weight reach the replay's router config; values
+    out of range are refused before anything runs, with the key's name."""
+    def run(credit: float, host: float = 1.0) -> int:
         return main(["run", "serving=glm5_gpu", *TINY, f"simulate.overlap_credit={credit}",
-                     f"simulate.out={tmp_path / 'r.json'}", f"cache_dir={tmp_path / 'cache'}",
-                     f"work_dir={tmp_path / 'work'}"])
+                     f"simulate.host_hit_weight={host}", f"simulate.out={tmp_path / 'r.json'}",
+                     f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"])
 
     assert run(4.0) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["result"]["overlap_credit"] == 4.0
+    result = json.loads((tmp_path / "r.json").read_text())["result"]
+    assert (result["overlap_credit"], result["host_hit_weight"]) == (4.0, 1.0)
     assert run(-1.0) == 2
     assert "simulate.overlap_credit=-1.0 must be a number >= 0" in capsys.readouterr().err
+    assert run(1.0, 1.5) == 2
+    assert "simulate.host_hit_weight=1.5 must be within 0 ... 1" in capsys.readouterr().err
 
 
 def _request(session: str, turn: int, worker: int, arrival: float, admit: float, held: float,
