@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: install (idempotent), lint, then the whole suite, end-to-end
-# tests included (they start real vLLM engines and Ray; 17-23 minutes on 2 cores, README).
+# tests included (they start real vLLM engines and Ray; 15-23 minutes on 2 cores, README).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
