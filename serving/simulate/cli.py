@@ -451,10 +451,10 @@ def _main(argv: list[str]) -> int:
         if cfg.workload == "static" and not 0 <= cfg.prefix < cfg.isl:
             raise ConfigError(f"simulate.prefix={cfg.prefix} must be >= 0 and below "
                               f"simulate.isl={cfg.isl}")
-        if not cfg.overlap_credit >= 0:  # NaN included
+        if cfg.overlap_credit is not None and not cfg.overlap_credit >= 0:  # NaN included
             raise ConfigError(f"simulate.overlap_credit={cfg.overlap_credit} must be a number "
                               ">= 0 (what one cached block is worth against one queued)")
-        if not 0 <= cfg.host_hit_weight <= 1:
+        if cfg.host_hit_weight is not None and not 0 <= cfg.host_hit_weight <= 1:
             raise ConfigError(f"simulate.host_hit_weight={cfg.host_hit_weight} must be within "
                               "0 ... 1 (what a host-tier block counts for against a GPU one)")
         if cfg.workload == "static" and cfg.mode == "live":

@@ -51,12 +51,12 @@ class SimulateConfig:
     lifetimes: int = 3  # sessions each lane runs; figures come from the middle ones
     policy: str = one_of("kv", (*POLICIES, "kv_soft"))
     # kv: what one cached block is worth against one block of queued prefill when the router
-    # picks a worker (Dynamo's overlap_score_credit, 1.0 its default): above 1, sessions stay
-    # with the worker that holds their context at a larger load gap
-    overlap_credit: float = 1.0
+    # picks a worker (Dynamo's overlap_score_credit; null: Dynamo's own, 1.0 in 1.6.1): above 1,
+    # sessions stay with the worker that holds their context at a larger load gap
+    overlap_credit: float | None = None
     # kv: what a block the worker holds in its host tier (not on the GPU) counts for against a
-    # block on the GPU (Dynamo's host_cache_hit_weight, 0.75 its default)
-    host_hit_weight: float = 0.75
+    # block on the GPU (Dynamo's host_cache_hit_weight; null: Dynamo's own, 0.75 in 1.6.1)
+    host_hit_weight: float | None = None
     target_tok_s: float = 100.0  # per user, decoding
     ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
     seed: int = 0

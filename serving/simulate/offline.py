@@ -74,8 +74,8 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
 
 
 def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
-        measure: tuple[int, int] | None = None, overlap_credit: float = 1.0,
-        host_hit_weight: float = 0.75) -> dict[str, Any]:
+        measure: tuple[int, int] | None = None, overlap_credit: float | None = None,
+        host_hit_weight: float | None = None) -> dict[str, Any]:
     """Replay `trace` closed-loop with `lanes` concurrent sessions; figures from the requests
     of sessions `measure[0] <= index < measure[1]` (the steady state: lanes have desynchronized
     and none has run dry yet)."""
@@ -87,9 +87,10 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
                          "(session affinity runs live: --mode live)")
     kw: dict[str, Any] = dict(trace_block_size=512, capture_per_request=True,
                               router_mode=POLICIES[policy], replay_concurrency=lanes)
-    if policy == "kv" and (overlap_credit, host_hit_weight) != (1.0, 0.75):  # else Dynamo's
-        kw["router_config"] = KvRouterConfig(overlap_score_credit=overlap_credit,
-                                             host_cache_hit_weight=host_hit_weight)
+    router = {k: v for k, v in (("overlap_score_credit", overlap_credit),
+                                ("host_cache_hit_weight", host_hit_weight)) if v is not None}
+    if policy == "kv" and router:  # otherwise the replay's own router config
+        kw["router_config"] = KvRouterConfig(**router)
     if fleet.agg_workers:
         kw.update(extra_engine_args=engine_args(fleet, "aggregated"),
                   num_workers=fleet.agg_workers)
