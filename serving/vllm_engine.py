@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,10 +37,13 @@ def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
     return args
 
 
-def engine_env(c: ServingConfig, cache: Path) -> dict[str, str]:
-    """Environment of an engine process: bounded KV space, caches under the project, offline."""
+def engine_env(c: ServingConfig, cache: Path, sockets: Path) -> dict[str, str]:
+    """Environment of an engine process: bounded KV space, caches under the project, offline,
+    and vLLM's ZMQ sockets in `sockets`, a folder its owner removes (vLLM's default, the system
+    temp folder, kept 3 socket files of every engine that ever ran)."""
     env = dict(os.environ)
     env.update({
+        "VLLM_RPC_BASE_PATH": str(sockets),
         "VLLM_CPU_KVCACHE_SPACE": str(c.kv_cache_gib),
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
@@ -86,6 +91,7 @@ class VllmEngine:
         self.extra_args = list(extra_args or [])
         self.extra_env = dict(extra_env or {})
         self.process: ManagedProcess | None = None
+        self.sockets: Path | None = None  # vLLM's ZMQ sockets, while it runs
 
     @property
     def base_url(self) -> str:
@@ -106,15 +112,18 @@ class VllmEngine:
             args += ["--reasoning-parser", m.reasoning_parser]
         return args + list(m.extra_args) + list(c.extra_args) + self.extra_args
 
-    def env(self) -> dict[str, str]:
-        return {**engine_env(self.cfg, self.cache_dir), **self.extra_env}
+    def env(self, sockets: Path) -> dict[str, str]:
+        return {**engine_env(self.cfg, self.cache_dir, sockets), **self.extra_env}
 
     def start(self) -> None:
         if port_in_use(self.cfg.host, self.port):
             raise ServingError(f"port {self.port} on {self.cfg.host} is already in use; "
                                "free it or set serving.port=0 to pick a free one")
         log = self.run_dir / "logs" / f"engine-{self.engine_id}.log"
-        self.process = ManagedProcess(f"vllm-{self.engine_id}", self.argv(), self.env(), log)
+        # short: a socket path must fit in 108 bytes, and a run folder can be deeper than that
+        self.sockets = Path(tempfile.mkdtemp(prefix="rollfleet-vllm-"))
+        self.process = ManagedProcess(f"vllm-{self.engine_id}", self.argv(),
+                                      self.env(self.sockets), log)
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -131,3 +140,6 @@ class VllmEngine:
         if self.process is not None:
             self.process.stop()
             self.process = None
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None

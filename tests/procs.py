@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 STARTED_BY_JOB = ("vllm", "EngineCore", "raylet", "gcs_server", "ray::", "wandb-core",
@@ -81,3 +82,28 @@ def listening(pids: set[int]) -> list[str]:
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
     return [line.split()[3] for line in out.splitlines()
             if any(f"pid={pid}," in line for pid in pids)]
+
+
+def unix_socket_paths(pids: list[int]) -> set[str]:
+    """Filesystem paths of the unix sockets the given processes hold open."""
+    inodes: set[str] = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    paths = set()
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes and fields[7].startswith("/"):
+            paths.add(fields[7])
+    return paths
+
+
+def temp_sockets() -> set[str]:
+    """Socket files directly in the system's temp folder (where vLLM leaves its own)."""
+    root = Path(tempfile.gettempdir())
+    return {str(p) for p in root.iterdir() if p.is_socket()}

@@ -20,8 +20,9 @@ from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
 
 DISCOVERY = ("file", "etcd")
-# A folder for the plane's unix sockets (KV events): under the system's temp folder, since a
-# socket path must be shorter than 108 bytes and a run folder can be deeper than that.
+# A folder for the plane's unix sockets (KV events, the workers' vLLM ZMQ sockets): under the
+# system's temp folder, since a socket path must be shorter than 108 bytes and a run folder can
+# be deeper than that.
 SOCKETS_ENV = "ROLLFLEET_SOCKETS"
 
 

@@ -76,7 +76,7 @@ class DynamoWorker:
         return args + list(m.extra_args) + list(c.extra_args) + list(role_args)
 
     def env(self) -> dict[str, str]:
-        env = engine_env(self.cfg, self.cache_dir)
+        env = engine_env(self.cfg, self.cache_dir, Path(self.plane_env[SOCKETS_ENV]))
         env.update(self.plane_env)
         env.update({
             "DYN_SYSTEM_PORT": str(self.system_port),

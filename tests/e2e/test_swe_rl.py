@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from datasets import load_from_disk
 
 from rollout.summary import summarize
 from tests.e2e.records import check_records
-from tests.procs import new_job_processes, process_table
+from tests.procs import new_job_processes, process_table, temp_sockets
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -30,12 +31,16 @@ def _job(*overrides: str, cwd: Path = ROOT, **kwargs) -> subprocess.Popen:
                             **kwargs)
 
 
+def _engine_socket_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("rollfleet-vllm-*")}
+
+
 @pytest.fixture(scope="module")
 def swe_rl_run(tmp_path_factory) -> Path:
     """One run of the README's main job exactly as typed there (its default run folder, no
     override), started from a working directory other than the project's; shared by the
     tests that read its records."""
-    before = process_table()
+    before, sockets, folders = process_table(), temp_sockets(), _engine_socket_folders()
     cwd = tmp_path_factory.mktemp("elsewhere")
     job = _job("+experiment=swe_rl", cwd=cwd)
     log, _ = job.communicate(timeout=900)
@@ -43,6 +48,9 @@ def swe_rl_run(tmp_path_factory) -> Path:
     assert "rollout summary" in log
     time.sleep(1)
     assert new_job_processes(before) == []
+    # nothing of the engine's left in the temp folder: no socket, no socket folder
+    assert temp_sockets() - sockets == set()
+    assert _engine_socket_folders() - folders == set()
     [out] = (cwd / "runs" / "swe_rl").iterdir()  # conf/output/default.yaml: runs/<name>/<time>
     return out
 
