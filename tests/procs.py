@@ -103,7 +103,9 @@ def unix_socket_paths(pids: list[int]) -> set[str]:
     return paths
 
 
-def temp_sockets() -> set[str]:
-    """Socket files directly in the system's temp folder (where vLLM leaves its own)."""
+def temp_litter() -> set[str]:
+    """What engines leave directly in the system's temp folder unless told otherwise: socket
+    files (vLLM's ZMQ) and `tmp*.json` files (Dynamo's logging configs)."""
     root = Path(tempfile.gettempdir())
-    return {str(p) for p in root.iterdir() if p.is_socket()}
+    return {str(p) for p in root.iterdir() if p.is_socket()} | {
+        str(p) for p in root.glob("tmp*.json")}

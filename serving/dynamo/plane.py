@@ -57,6 +57,9 @@ class ControlPlane:
             "DYN_EVENT_PLANE_HOST": host,
             "DYN_SYSTEM_HOST": host,
             "HOME": str(self.dir / "home"),  # Dynamo caches under ~/.cache
+            # else every Dynamo process writes SGLang's logging config to a temp file it never
+            # removes (dynamo.runtime.logging, 1.6.1); no SGLang runs here
+            "DYN_SKIP_SGLANG_LOG_FORMATTING": "1",
         }
         if self.cfg.discovery == "file":
             xsub, xpub = free_port(host), free_port(host)

@@ -14,13 +14,13 @@ from datasets import load_from_disk
 
 from tests.e2e.jobs import swe_rl_job
 from tests.e2e.records import check_records
-from tests.procs import new_job_processes, process_table
+from tests.procs import new_job_processes, process_table, temp_litter
 
 pytestmark = pytest.mark.e2e
 
 
 def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
-    before = process_table()
+    before, litter = process_table(), temp_litter()
     out = tmp_path / "run"
     job = swe_rl_job(out, "serving=disagg", "rollout.samples_per_task=1", "rollout.max_retries=1",
                      "rollout.retry_backoff_s=5")
@@ -28,6 +28,7 @@ def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
     time.sleep(1)
     assert new_job_processes(before) == []  # whatever happened, nothing is left running
     assert job.returncode == 0, log[-3000:]
+    assert temp_litter() - litter == set()  # nor in the temp folder (sockets, Dynamo's files)
     ds = load_from_disk(str(out / "dataset"))
     assert len(ds) == 5
     counts = check_records(ds, engines={"decode0"})

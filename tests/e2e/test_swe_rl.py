@@ -19,7 +19,7 @@ from datasets import load_from_disk
 
 from rollout.summary import summarize
 from tests.e2e.records import check_records
-from tests.procs import new_job_processes, process_table, temp_sockets
+from tests.procs import new_job_processes, process_table, temp_litter
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
@@ -40,7 +40,7 @@ def swe_rl_run(tmp_path_factory) -> Path:
     """One run of the README's main job exactly as typed there (its default run folder, no
     override), started from a working directory other than the project's; shared by the
     tests that read its records."""
-    before, sockets, folders = process_table(), temp_sockets(), _engine_socket_folders()
+    before, litter, folders = process_table(), temp_litter(), _engine_socket_folders()
     cwd = tmp_path_factory.mktemp("elsewhere")
     job = _job("+experiment=swe_rl", cwd=cwd)
     log, _ = job.communicate(timeout=900)
@@ -49,7 +49,7 @@ def swe_rl_run(tmp_path_factory) -> Path:
     time.sleep(1)
     assert new_job_processes(before) == []
     # nothing of the engine's left in the temp folder: no socket, no socket folder
-    assert temp_sockets() - sockets == set()
+    assert temp_litter() - litter == set()
     assert _engine_socket_folders() - folders == set()
     [out] = (cwd / "runs" / "swe_rl").iterdir()  # conf/output/default.yaml: runs/<name>/<time>
     return out
