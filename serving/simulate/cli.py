@@ -238,7 +238,11 @@ def cmd_plan(sim: Sim) -> dict:
     def meets(shape: planner.Shape) -> bool:
         fleet = sim.shape_fleet(shape)
         if fleet is None:
-            runs[shape] = {"ok": False, "fits": False}
+            runs[shape] = {"ok": False, "fits": False, "why": "weights do not fit"}
+            return False
+        if cfg.policy == "kv_affine" and shape.decode < shape.prefill:
+            runs[shape] = {"ok": False, "fits": False,
+                           "why": "kv_affine: a prefill worker without a decoder of its own"}
             return False
         runs[shape] = sim.run(fleet, cfg.sessions)
         return runs[shape]["ok"]
@@ -250,8 +254,7 @@ def cmd_plan(sim: Sim) -> dict:
         r = runs[s]
         rows.append([s.name, s.gpus, *((r["tok_s_user"], r["ttft_p90_s"],
                                         r["output_tok_s"] / s.gpus, r["ok"])
-                                       if r.get("fits", True) else ("-", "-", "-",
-                                                                     "weights do not fit"))])
+                                       if r.get("fits", True) else ("-", "-", "-", r["why"]))])
     table = print_table(["fleet", "GPUs", "tok/s/user", "TTFT p90 s", "tok/s per GPU", "ok"],
                         rows)
     grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, cfg.plan_tps))
@@ -457,6 +460,13 @@ def _main(argv: list[str]) -> int:
         if cfg.host_hit_weight is not None and not 0 <= cfg.host_hit_weight <= 1:
             raise ConfigError(f"simulate.host_hit_weight={cfg.host_hit_weight} must be within "
                               "0 ... 1 (what a host-tier block counts for against a GPU one)")
+        if cfg.policy == "kv_soft" and cfg.mode != "live":
+            raise ConfigError("simulate.policy=kv_soft (Dynamo's soft session affinity) runs on "
+                              "live engines only: set simulate.mode=live, or simulate.policy="
+                              "kv_affine for hard affinity in the offline replay")
+        if cfg.policy == "kv_affine" and cfg.mode != "offline":
+            raise ConfigError("simulate.policy=kv_affine is the offline replay's: live engines "
+                              "have Dynamo's own, simulate.policy=kv_soft")
         if cfg.workload == "static" and cfg.mode == "live":
             raise ConfigError("simulate.workload=static runs offline only (the live mocker "
                               "has no shared prefix): set simulate.mode=offline")

@@ -7,22 +7,29 @@ on one core, where live engines behind the HTTP frontend would need that hour (o
 ratio that the 2-core host's Python client and frontend cannot keep up with).
 
 Routing policies: `round_robin` and `kv` are the replay's own router modes. Session affinity is a
-frontend feature in Dynamo 1.6.1 (not part of the replay's router config): `kv_soft` runs on
-live engines only (serving/simulate/live.py).
+frontend feature in Dynamo 1.6.1 (not part of the replay's router config, whose session prefix
+index moved no session home in a 2P:10D replay): `kv_soft` runs on live engines only
+(serving/simulate/live.py). `kv_affine` is hard affinity, replayed as what it amounts to: every
+session bound to one prefill worker (an aggregated worker) for life is a fleet of groups that
+share nothing, one per prefill worker with its share of the decoders, each routed by `kv`
+inside; sessions and lanes are dealt to the groups in proportion to their decoders. The
+decoders of a real fleet are pooled; the groups' are not, so the model holds best where the
+decoders divide evenly.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rollfleet.stats import percentile
 
 BLOCK = 64  # engine KV block (tokens); vLLM's default for this model family
-POLICIES = {"round_robin": "round_robin", "kv": "kv_router"}
+POLICIES = {"round_robin": "round_robin", "kv": "kv_router", "kv_affine": "kv_router"}
 
 
 @dataclass(frozen=True)
@@ -79,17 +86,32 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
     """Replay `trace` closed-loop with `lanes` concurrent sessions; figures from the requests
     of sessions `measure[0] <= index < measure[1]` (the steady state: lanes have desynchronized
     and none has run dry yet)."""
+    if policy not in POLICIES:
+        raise ValueError(f"offline replay routes with {sorted(POLICIES)}, not {policy!r} "
+                         "(soft session affinity runs live: simulate.mode=live)")
+    router = {k: v for k, v in (("overlap_score_credit", overlap_credit),
+                                ("host_cache_hit_weight", host_hit_weight)) if v is not None}
+    t0 = time.monotonic()
+    if policy == "kv_affine":
+        summary, requests = _replay_groups(trace, fleet, lanes, router)
+    else:
+        summary, requests = _replay(trace, fleet, lanes, POLICIES[policy],
+                                    router if policy == "kv" else {})
+    wall = time.monotonic() - t0
+    return summarize(summary, requests, measure) | {
+        "wall_s": round(wall, 2), "lanes": lanes, "policy": policy,
+        "overlap_credit": overlap_credit, "host_hit_weight": host_hit_weight}
+
+
+def _replay(trace: Path, fleet: Fleet, lanes: int, mode: str, router: dict[str, float]
+            ) -> tuple[dict, list[dict]]:
+    """One replay: its summary and per-request records."""
     from dynamo._core import KvRouterConfig
     from dynamo.replay import run_trace_replay
 
-    if policy not in POLICIES:
-        raise ValueError(f"offline replay routes with {sorted(POLICIES)}, not {policy!r} "
-                         "(session affinity runs live: --mode live)")
     kw: dict[str, Any] = dict(trace_block_size=512, capture_per_request=True,
-                              router_mode=POLICIES[policy], replay_concurrency=lanes)
-    router = {k: v for k, v in (("overlap_score_credit", overlap_credit),
-                                ("host_cache_hit_weight", host_hit_weight)) if v is not None}
-    if policy == "kv" and router:  # otherwise the replay's own router config
+                              router_mode=mode, replay_concurrency=lanes)
+    if router:  # otherwise the replay's own router config
         kw["router_config"] = KvRouterConfig(**router)
     if fleet.agg_workers:
         kw.update(extra_engine_args=engine_args(fleet, "aggregated"),
@@ -99,12 +121,81 @@ def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",
                   decode_engine_args=engine_args(fleet, "decode"),
                   num_prefill_workers=fleet.prefill_workers,
                   num_decode_workers=fleet.decode_workers)
-    t0 = time.monotonic()
     report = run_trace_replay(str(trace), **kw)
-    wall = time.monotonic() - t0
-    return summarize(report.summary, report.per_request, measure) | {
-        "wall_s": round(wall, 2), "lanes": lanes, "policy": policy,
-        "overlap_credit": overlap_credit, "host_hit_weight": host_hit_weight}
+    return report.summary, report.per_request
+
+
+def affine_groups(fleet: Fleet) -> list[Fleet]:
+    """`fleet` as groups that share nothing: one per prefill worker with its share of the
+    decoders, dealt as evenly as they go (aggregated: one per worker)."""
+    if fleet.agg_workers:
+        return [replace(fleet, agg_workers=1)] * fleet.agg_workers
+    p, d = fleet.prefill_workers, fleet.decode_workers
+    if d < p:
+        raise ValueError(f"kv_affine binds each session to a prefill worker and its own "
+                         f"decoders: {p}P:{d}D has fewer decode workers than prefill workers")
+    return [replace(fleet, prefill_workers=1, decode_workers=d // p + (g < d % p))
+            for g in range(p)]
+
+
+def bind_sessions(weights: list[int], count: int) -> list[int]:
+    """The group each of `count` sessions is bound to, in order: group g takes sessions in
+    proportion to `weights[g]` (its decoders), interleaved as a router binding each new
+    session to the group furthest below its share would."""
+    taken = [0] * len(weights)
+    out = []
+    for _ in range(count):
+        g = min(range(len(weights)), key=lambda g: ((taken[g] + 1) / weights[g], g))
+        taken[g] += 1
+        out.append(g)
+    return out
+
+
+def _replay_groups(trace: Path, fleet: Fleet, lanes: int, router: dict[str, float]
+                   ) -> tuple[dict, list[dict]]:
+    """Each session of the trace bound to one group for life; each group replayed alone with
+    the lanes of its share. Worker indices are the fleet's (group g's prefill worker is g)."""
+    groups = affine_groups(fleet)
+    weights = [g.decode_workers or 1 for g in groups]
+    lines = trace.read_text().splitlines()
+    sessions = sorted({json.loads(line)["session_id"] for line in lines},
+                      key=lambda sid: int(sid[1:]))
+    bound = dict(zip(sessions, bind_sessions(weights, len(sessions)), strict=True))
+    shares = bind_sessions(weights, lanes)
+    summaries, requests, decoded = [], [], []
+    decoders = 0
+    for g, group in enumerate(groups):
+        share = shares.count(g)
+        if share:
+            sub = trace.with_name(f"{trace.stem}.group{g}.jsonl")
+            sub.write_text("".join(line + "\n" for line in lines
+                                   if bound[json.loads(line)["session_id"]] == g))
+            summary, done = _replay(sub, group, share, "kv_router", router)
+            for r in done:
+                for key, offset in (("prefill_worker_idx", g), ("decode_worker_idx", decoders)):
+                    if r.get(key) is not None:
+                        r[key] += offset
+            summaries.append(summary)
+            requests += done
+            decoded.append(sum(max(0, r["output_length"] - 1) for r in done))
+        decoders += group.decode_workers
+    return merge_summaries(summaries, decoded), requests
+
+
+def merge_summaries(summaries: list[dict], weights: list[float]) -> dict:
+    """The fleet's figures from its groups' replays: the longest duration, the preemptions
+    summed, each per-token ITL percentile the groups' mean weighted by decoded tokens (the
+    replay reports percentiles, not the tokens' gaps; alike groups have alike percentiles)."""
+    total = sum(weights) or 1
+
+    def mean(key: str) -> float | None:
+        if any(s.get(key) is None for s in summaries):
+            return None
+        return sum(s[key] * w for s, w in zip(summaries, weights, strict=True)) / total
+
+    return {"duration_ms": max((s.get("duration_ms", 0.0) for s in summaries), default=0.0),
+            "preemptions": sum(s.get("preemptions") or 0 for s in summaries),
+            **{k: mean(k) for k in ("median_itl_ms", "p90_itl_ms", "p99_itl_ms")}}
 
 
 def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | None) -> dict:

@@ -102,6 +102,54 @@ def test_the_router_s_cache_credits_reach_the_replay(tmp_path: Path, capsys):
     assert "simulate.host_hit_weight=1.5 must be within 0 ... 1" in capsys.readouterr().err
 
 
+def test_sessions_are_bound_to_groups_in_proportion_to_their_decoders():
+    assert offline.bind_sessions([1, 1], 5) == [0, 1, 0, 1, 0]
+    bound = offline.bind_sessions([2, 1], 9)
+    assert bound == [0, 0, 1, 0, 0, 1, 0, 0, 1]
+    assert [bound[:k].count(0) for k in (3, 6, 9)] == [2, 4, 6]  # 2:1 at every point
+    groups = offline.affine_groups(offline.Fleet(prefill_workers=2, decode_workers=5))
+    assert [(g.prefill_workers, g.decode_workers) for g in groups] == [(1, 3), (1, 2)]
+    assert [g.agg_workers for g in offline.affine_groups(offline.Fleet(agg_workers=3))] == [1] * 3
+    with pytest.raises(ValueError, match="fewer decode workers than prefill workers"):
+        offline.affine_groups(offline.Fleet(prefill_workers=2, decode_workers=1))
+
+
+def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoders(tmp_path):
+    """kv_affine: every turn of a session is prefilled by one prefill worker and decoded by
+    that worker's own decoders (2P:3D: worker 0 has decoders 0-1 and two thirds of the
+    sessions, worker 1 decoder 2), in the replay's own per-request records; through the CLI,
+    every returning turn counts as kept home; soft and hard affinity are refused where they
+    do not run."""
+    from serving.simulate.sim import Sim
+
+    args = ["serving=glm5_gpu", "serving.prefill_engines=2", "serving.decode_engines=3", *TINY,
+            "simulate.sessions=6", "simulate.policy=kv_affine",
+            f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
+    serving, cfg, _, _ = load(args)
+    sim = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache")
+    sessions = sim.sessions(12)
+    trace = workload.write_trace(tmp_path / "trace.jsonl", sessions, 0)
+    _, done = offline._replay_groups(trace, sim.fleet(), 6, {})
+    assert len(done) == sum(len(s) for s in sessions)  # every turn of every session, once
+    assert all(r["terminal_status"] == "completed" for r in done)
+    group = offline.bind_sessions([2, 1], 12)
+    decoders = {0: {0, 1}, 1: {2}}
+    for r in done:
+        g = group[int(r["session_id"][1:])]
+        assert r["prefill_worker_idx"] == g and r["decode_worker_idx"] in decoders[g], r
+    assert {r["decode_worker_idx"] for r in done} == {0, 1, 2}  # both of group 0's decoders
+
+    out = tmp_path / "affine.json"
+    assert main(["run", *args, f"simulate.out={out}"]) == 0
+    r = json.loads(out.read_text())["result"]
+    assert r["policy"] == "kv_affine" and r["next_turn_same_prefill"] == 1.0
+    assert r["prefill_worker_share"] == [pytest.approx(2 / 3, abs=0.01),
+                                         pytest.approx(1 / 3, abs=0.01)]
+    assert r["itl_p90_ms"] > 0 and r["requests"] > 0
+    assert main(["run", *args[:-3], "simulate.policy=kv_soft"]) == 2
+    assert main(["run", *args, "simulate.mode=live"]) == 2
+
+
 def _request(session: str, turn: int, worker: int, arrival: float, admit: float, held: float,
              first: float) -> dict:
     return {"session_id": session, "turn_index": turn, "prefill_worker_idx": worker,
