@@ -163,7 +163,7 @@ def _replay_groups(trace: Path, fleet: Fleet, lanes: int, router: dict[str, floa
     bound = dict(zip(sessions, bind_sessions(weights, len(sessions)), strict=True))
     shares = bind_sessions(weights, lanes)
     summaries, requests, decoded = [], [], []
-    decoders = 0
+    decoders = 0  # the fleet's index of the group's first decoder (aggregated: worker)
     for g, group in enumerate(groups):
         share = shares.count(g)
         if share:
@@ -178,7 +178,7 @@ def _replay_groups(trace: Path, fleet: Fleet, lanes: int, router: dict[str, floa
             summaries.append(summary)
             requests += done
             decoded.append(sum(max(0, r["output_length"] - 1) for r in done))
-        decoders += group.decode_workers
+        decoders += group.agg_workers or group.decode_workers
     return merge_summaries(summaries, decoded), requests
 
 

@@ -117,7 +117,8 @@ def test_sessions_are_bound_to_groups_in_proportion_to_their_decoders():
 def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoders(tmp_path):
     """kv_affine: every turn of a session is prefilled by one prefill worker and decoded by
     that worker's own decoders (2P:3D: worker 0 has decoders 0-1 and two thirds of the
-    sessions, worker 1 decoder 2), in the replay's own per-request records; through the CLI,
+    sessions, worker 1 decoder 2; the same 5 GPUs aggregated: one worker per session), in the
+    replay's own per-request records; through the CLI,
     every returning turn counts as kept home; soft and hard affinity are refused where they
     do not run."""
     from serving.simulate.sim import Sim
@@ -138,6 +139,12 @@ def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoder
         g = group[int(r["session_id"][1:])]
         assert r["prefill_worker_idx"] == g and r["decode_worker_idx"] in decoders[g], r
     assert {r["decode_worker_idx"] for r in done} == {0, 1, 2}  # both of group 0's decoders
+    # aggregated: a group per worker, each session's turns all on its own
+    _, done = offline._replay_groups(trace, sim.fleet(agg=True), 6, {})
+    assert len(done) == sum(len(s) for s in sessions)
+    group = offline.bind_sessions([1] * 5, 12)
+    assert all(r["decode_worker_idx"] == group[int(r["session_id"][1:])] for r in done)
+    assert {r["decode_worker_idx"] for r in done} == set(range(5))
 
     out = tmp_path / "affine.json"
     assert main(["run", *args, f"simulate.out={out}"]) == 0
