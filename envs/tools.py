@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from envs.sandbox import SandboxFailure
@@ -94,8 +96,24 @@ class ToolBox:
             return getattr(self, f"_{name}")(**args)
         except SandboxFailure:
             raise
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except OSError as exc:
+            return ToolResult(output=f"error: {self._as_seen(exc)}", ok=True, failed=True)
+        except (ValueError, UnicodeDecodeError) as exc:
             return ToolResult(output=f"error: {exc}", ok=True, failed=True)
+
+    def _as_seen(self, exc: OSError) -> str:
+        """An OS error as the model sees its files: paths relative to the repository. The
+        host's session folder would tell the model where it runs and make the same call's
+        record differ from run to run."""
+        if exc.filename is None or exc.strerror is None:
+            return str(exc)
+        names = [n for n in (exc.filename, exc.filename2) if n is not None]
+        shown = []
+        for name in names:
+            path = Path(os.fsdecode(name))
+            root = self.ws.path.resolve()
+            shown.append(str(path.relative_to(root)) if path.is_relative_to(root) else path.name)
+        return f"{exc.strerror}: {' -> '.join(shown)}"
 
     def _bash(self, command: str) -> ToolResult:
         res = self.ws.run(["bash", "-c", command], self.timeout_s, self.max_output)

@@ -55,6 +55,12 @@ def test_str_replace_and_search(episode):
 def test_missing_file_is_a_failed_call_not_a_malformed_one(episode):
     result = episode.call("read_file", _read("nope.py"))
     assert result.ok and result.failed and result.error is None
+    # as the model sees its files: nothing of the host's session folder
+    assert result.output == "error: No such file or directory: nope.py"
+    result = episode.call("read_file", _read("pkg/../missing/deeper.py"))
+    assert result.output == "error: No such file or directory: missing/deeper.py"
+    result = episode.call("str_replace", {"path": ".", "old_text": "a", "new_text": "b"})
+    assert result.failed and result.output == "error: Is a directory: ."
 
 
 def test_paths_outside_the_repo_are_refused(episode):
