@@ -66,7 +66,7 @@ class SimulateConfig:
     plot: str | None = None  # sweep: PNG
     sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    jobs: int = 1  # sweep: simulations run side by side (processes; offline mode only)
+    jobs: int = 1  # sweep, calibrate's ratio search: simulations side by side (processes; offline)
     calibrated: str | None = None  # calibrate: take the knobs of this calibrate JSON, fit none
     seeds: int = 1  # calibrate: the fit point and the predictions over seeds seed ... +n-1
     predict_ratios: bool = True  # calibrate: search each P:D ratio's capacity (most of the cost)

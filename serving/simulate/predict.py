@@ -48,14 +48,45 @@ def capacity(sim: Sim, shape: Shape, low: int, high: int, resolution: float = 0.
     return {"sessions": best, "run": best_run, "runs": runs}
 
 
-def best_ratio(sim: Sim, low: int = 16, high: int = 128) -> dict:
-    """Sessions per GPU at the target for each of RATIOS; the best one."""
+def best_ratio(sims: list[Sim], jobs: int = 1, low: int = 16, high: int = 128) -> dict:
+    """Sessions per GPU at the target for each of RATIOS, searched once per seed (one Sim each,
+    `jobs` searches side by side); the best ratio by the mean, and how often each won."""
+    units = [(i, shape, low, high) for i in range(len(sims)) for shape in RATIOS]
+    if jobs > 1:  # replays are single-threaded: one search per core
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _SIMS
+        _SIMS = sims
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+            found = list(ex.map(_capacity_of, units))
+    else:
+        found = [capacity(sims[i], shape, low, high) for i, shape, _, _ in units]
+    by_unit = {unit[:2]: c for unit, c in zip(units, found, strict=True)}
     rows = []
     for shape in RATIOS:
-        c = capacity(sim, shape, low, high)
+        per_seed = [by_unit[(i, shape)] for i in range(len(sims))]
+        counts = [c["sessions"] for c in per_seed]
         rows.append({"ratio": f"{shape.prefill}:{shape.decode}", "gpus": shape.gpus,
-                     "sessions": c["sessions"], "sessions_per_gpu": c["sessions"] / shape.gpus,
-                     "run": c["run"], "runs": c["runs"]})
+                     "sessions": sum(counts) / len(counts), "sessions_by_seed": counts,
+                     "sessions_per_gpu": sum(counts) / len(counts) / shape.gpus,
+                     "run": per_seed[0]["run"],
+                     "runs": [{"seed": sims[i].cfg.seed, **x}
+                              for i, c in enumerate(per_seed) for x in c["runs"]]})
+    wins = {r["ratio"]: 0 for r in rows}
+    for i in range(len(sims)):
+        top = max(rows, key=lambda r: r["sessions_by_seed"][i] / r["gpus"])
+        if top["sessions_by_seed"][i]:
+            wins[top["ratio"]] += 1
     best = max(rows, key=lambda r: r["sessions_per_gpu"])
     return {"rows": rows, "best": best["ratio"] if best["sessions"] else None,
-            "published": "1:4"}
+            "wins": wins, "seeds": [x.cfg.seed for x in sims], "published": "1:4",
+            "simulations": sum(len(r["runs"]) for r in rows)}
+
+
+_SIMS: list[Sim] = []  # the searches' Sims, inherited by forked worker processes
+
+
+def _capacity_of(unit: tuple[int, Shape, int, int]) -> dict:
+    i, shape, low, high = unit
+    return capacity(_SIMS[i], shape, low, high)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,35 @@ def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoder
     assert r["itl_p90_ms"] > 0 and r["requests"] > 0
     assert main(["run", *args[:-3], "simulate.policy=kv_soft"]) == 2
     assert main(["run", *args, "simulate.mode=live"]) == 2
+
+
+def test_the_ratio_search_runs_once_per_seed_and_counts_each_seeds_winner(tmp_path):
+    """Each seed searches every ratio's capacity on its own sessions; side by side
+    (`simulate.jobs=2`) the same numbers as one after another (round-robin replays repeat)."""
+    from serving.simulate import predict
+    from serving.simulate.sim import Sim
+
+    serving, cfg, _, _ = load(["serving=glm5_gpu", *TINY, "simulate.policy=round_robin",
+                               "simulate.target_tok_s=97.5", "simulate.ttft_slo_s=0.7",
+                               f"cache_dir={tmp_path / 'cache'}"])
+    (tmp_path / "work").mkdir()
+    sims = [Sim(serving, replace(cfg, seed=s), tmp_path / "work", tmp_path / "cache")
+            for s in (0, 1)]
+    one = predict.best_ratio(sims, jobs=1, low=1, high=8)
+    two = predict.best_ratio(sims, jobs=2, low=1, high=8)
+    strip = [[{k: v for k, v in x.items() if k != "wall_s"} for x in r["runs"]]
+             for r in one["rows"]]
+    assert strip == [[{k: v for k, v in x.items() if k != "wall_s"} for x in r["runs"]]
+                     for r in two["rows"]]
+    assert one["seeds"] == [0, 1] and sum(one["wins"].values()) == 2
+    for r in one["rows"]:
+        assert len(r["sessions_by_seed"]) == 2 and r["sessions"] == sum(r["sessions_by_seed"]) / 2
+        assert {x["seed"] for x in r["runs"]} == {0, 1}
+        for seed, found in zip((0, 1), r["sessions_by_seed"], strict=True):
+            ok = [x["sessions"] for x in r["runs"] if x["seed"] == seed and x["ok"]]
+            assert found == max(ok, default=0)  # the largest count that met the target
+    assert one["best"] == max(one["rows"], key=lambda r: r["sessions_per_gpu"])["ratio"]
+    assert len({r["sessions_per_gpu"] for r in one["rows"]}) > 1  # the target separates them
 
 
 def _request(session: str, turn: int, worker: int, arrival: float, admit: float, held: float,
