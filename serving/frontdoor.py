@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -98,20 +99,25 @@ class FrontDoor:
         # hands its actor the roster of the moment)
         self.engine_names = dict(engine_names or {})
         self.root = endpoint.base_url.removesuffix("/v1")
-        self._http: aiohttp.ClientSession | None = None
+        # a closed loop's session goes with the loop
+        self._http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] \
+            = weakref.WeakKeyDictionary()
 
     def _client(self) -> aiohttp.ClientSession:
-        """The HTTP client, made in the event loop that uses the door (one loop per door).
-        aiohttp, not httpx: a turn's request cost an actor 3.4 ms of CPU through httpx and
-        0.3 ms here (32 in flight, measured on this host)."""
-        if self._http is None or self._http.closed:
+        """The HTTP client of the event loop that uses the door, one per loop (an aiohttp
+        session serves only the loop it was made in: `asyncio.run` twice with one door failed
+        on the second). aiohttp, not httpx: a turn's request cost an actor 3.4 ms of CPU
+        through httpx and 0.3 ms here (32 in flight, measured on this host)."""
+        loop = asyncio.get_running_loop()
+        http = self._http.get(loop)
+        if http is None or http.closed:
             t = self.endpoint.request_timeout_s
-            self._http = aiohttp.ClientSession(
+            http = self._http[loop] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t),
                 headers={"Authorization": f"Bearer {self.endpoint.api_key}",
                          "Content-Type": "application/json"})
-        return self._http
+        return http
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling,
                        grammar: ToolCallGrammar | None, session_id: str) -> Generation:
@@ -161,8 +167,10 @@ class FrontDoor:
         """Tell the router a session is over (front doors without session state: nothing)."""
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        """Close the running loop's client (another loop's can only be closed from it)."""
+        http = self._http.pop(asyncio.get_running_loop(), None)
+        if http is not None:
+            await http.close()
 
     def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
         raise NotImplementedError

@@ -4,6 +4,7 @@ every record is checked against them)."""
 
 import asyncio
 import json
+import threading
 import time
 
 import pytest
@@ -33,9 +34,9 @@ class Request:
         self.body = json.loads(content)
 
 
-async def _served(handler, use, kind="dynamo", engine_names=None, **endpoint):
-    """`use(door)` with a door on a server whose every answer is `handler(Request)`: (status,
-    JSON or text), or DROP."""
+async def _serve(handler) -> tuple[web.AppRunner, int]:
+    """A server on 127.0.0.1 whose every answer is `handler(Request)`: (status, JSON or
+    text), or DROP; its runner and port."""
     async def answer(request: web.Request) -> web.StreamResponse:
         reply = handler(Request(request.path, dict(request.headers), await request.read()))
         if reply is DROP:
@@ -52,8 +53,18 @@ async def _served(handler, use, kind="dynamo", engine_names=None, **endpoint):
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    door = open_front_door(Endpoint(base_url=f"http://127.0.0.1:{port}/v1", model="m",
+    return runner, port
+
+
+def _door(port: int, kind: str = "dynamo", engine_names=None, **endpoint):
+    return open_front_door(Endpoint(base_url=f"http://127.0.0.1:{port}/v1", model="m",
                                     model_dir="/m", front_door=kind, **endpoint), engine_names)
+
+
+async def _served(handler, use, kind="dynamo", engine_names=None, **endpoint):
+    """`use(door)` with a door on a `_serve(handler)` server."""
+    runner, port = await _serve(handler)
+    door = _door(port, kind, engine_names, **endpoint)
     try:
         return await use(door)
     finally:
@@ -133,9 +144,32 @@ def test_server_answers_map_to_what_the_session_does_with_them(response, error):
         _generate(lambda request: response, "vllm")
 
 
+def test_one_door_serves_one_event_loop_after_another():
+    """Each `asyncio.run` is a new event loop: the door's HTTP client is the running loop's."""
+    loop = asyncio.new_event_loop()
+    server = threading.Thread(target=loop.run_forever, daemon=True)
+    server.start()
+    runner, port = asyncio.run_coroutine_threadsafe(_serve(lambda _: OK_DYNAMO), loop).result()
+    door = _door(port)
+
+    async def turn():
+        try:
+            return await _one(door)
+        finally:
+            await door.aclose()
+
+    try:
+        assert asyncio.run(_one(door)).token_ids == [9]  # the first loop's client stays open
+        assert asyncio.run(turn()).token_ids == [9]  # a client of the second loop's own
+        assert asyncio.run(turn()).token_ids == [9]
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        server.join()
+
+
 def test_an_unreachable_server_is_unavailable():
-    door = open_front_door(Endpoint(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
-                                    model_dir="/m", front_door="dynamo"))
+    door = _door(free_port())
 
     async def use():
         try:
