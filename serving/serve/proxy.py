@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-import httpx
+import aiohttp
 from aiohttp import web
 
 from serving.endpoint import Endpoint
@@ -39,8 +39,7 @@ class ToolCallProxy:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.sampler = ToolCallSampler(endpoint)
-        self.http = httpx.AsyncClient(timeout=endpoint.request_timeout_s, limits=httpx.Limits(
-            max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S))
+        self.http: aiohttp.ClientSession | None = None  # the relay's, made in the app's loop
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -48,11 +47,20 @@ class ToolCallProxy:
         app.router.add_post("/v1/completions", self.forward)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/health", self.health)
+        app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
 
+    async def _open(self, _app: web.Application) -> None:
+        """aiohttp, as the front doors (serving/frontdoor.py says why)."""
+        t = self.endpoint.request_timeout_s
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+            timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_read=t))
+
     async def _close(self, _app: web.Application) -> None:
-        await self.http.aclose()
+        if self.http is not None:
+            await self.http.close()
         await self.sampler.door.aclose()
 
     async def health(self, _request: web.Request) -> web.Response:
@@ -63,23 +71,23 @@ class ToolCallProxy:
 
     async def _relay(self, request: web.Request, body: bytes) -> web.StreamResponse:
         """The request as it came, to the cluster's front door; the answer streams back."""
+        assert self.http is not None
         url = self.endpoint.base_url.removesuffix("/v1") + request.path
-        upstream = self.http.build_request(
-            request.method, url, content=body or None,
-            headers={k: v for k, v in request.headers.items()
-                     if k.lower() in ("content-type", "authorization", "x-dynamo-session-id")})
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() in ("content-type", "authorization", "x-dynamo-session-id")}
         try:
-            resp = await self.http.send(upstream, stream=True)
-        except httpx.HTTPError as exc:
-            return _error(502, f"the serving cluster did not answer: {exc}")
-        out = web.StreamResponse(status=resp.status_code, headers={
-            "Content-Type": resp.headers.get("content-type", "application/json")})
-        await out.prepare(request)
+            resp = await self.http.request(request.method, url, data=body or None,
+                                           headers=headers)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return _error(502, f"the serving cluster did not answer: {exc!r}")
         try:
-            async for chunk in resp.aiter_raw():
+            out = web.StreamResponse(status=resp.status, headers={
+                "Content-Type": resp.headers.get("content-type", "application/json")})
+            await out.prepare(request)
+            async for chunk in resp.content.iter_any():
                 await out.write(chunk)
         finally:
-            await resp.aclose()
+            resp.release()
         await out.write_eof()
         return out
 
