@@ -25,7 +25,6 @@ import errno
 import fcntl
 import os
 import random
-import re
 import shlex
 import shutil
 import tempfile
@@ -35,8 +34,9 @@ from pathlib import Path
 
 from envs import cgroups
 from envs.sandbox import LAUNCH_FAILED, SandboxPolicy, as_user, launch, limits, wrap
+from rollfleet.owner import dead_owner, tag
 
-OWNER = re.compile(r"^rf\.(\d+)\.(\d+)\.")
+OWNER = "rf."  # every session folder and cgroup: rf.<pid>.<start time>. (rollfleet.owner)
 GROUPS_FILE = "cgroups"  # in the session folder: the session's cgroup folders, one a line
 UID_LOCKS = Path("/run/rollfleet/uids")
 MOUNTS = "rf-mounts"  # in a scratch root: the tmpfs holding the session tmpfs mounts
@@ -57,9 +57,7 @@ class SessionLease:
     """One session's folder (`home`), its agent's files (`repo`), `uid` and cgroup `groups`."""
 
     def __init__(self, root: Path, prefix: str, policy: SandboxPolicy) -> None:
-        pid = os.getpid()
-        self.home = Path(tempfile.mkdtemp(prefix=f"rf.{pid}.{start_time(pid)}.{prefix}",
-                                          dir=root))
+        self.home = Path(tempfile.mkdtemp(prefix=f"{OWNER}{tag()}{prefix}", dir=root))
         self.repo = self.home / "repo"  # a folder of the home, or the session's tmpfs
         self.uid: int | None = None  # None: commands keep the host process's uid
         self.groups: list[Path] = []
@@ -117,7 +115,7 @@ def sweep(root: Path) -> list[Path]:
                if point.parent.name == MOUNTS}
     removed = []
     for home in sorted(homes | set(mounted)):
-        if _dead_owner(home.name):
+        if dead_owner(home.name, OWNER):
             listed = home / GROUPS_FILE
             _release(home, [Path(p) for p in listed.read_text().split()]
                      if listed.exists() else [], mounted.get(home))
@@ -126,25 +124,11 @@ def sweep(root: Path) -> list[Path]:
     layout = cgroups.detect()
     for base in layout.bases.values() if layout else []:
         for group in base.iterdir():
-            if group.is_dir() and _dead_owner(group.name):
+            if group.is_dir() and dead_owner(group.name, OWNER):
                 groups.setdefault(group.name, []).append(group)
     for dirs in groups.values():  # those whose folder went without them
         cgroups.remove(dirs)
     return removed
-
-
-def _dead_owner(name: str) -> bool:
-    owner = OWNER.match(name)
-    return owner is not None and start_time(int(owner[1])) != int(owner[2])
-
-
-def start_time(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot): with the pid, names one process for good."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
 def _release(home: Path, groups: list[Path], repo: Path | None) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envs.lease import SessionLease, start_time
+from envs.lease import OWNER, SessionLease
 from envs.sandbox import (
     SandboxPolicy,
     give_to_sandbox,
@@ -23,6 +23,7 @@ from envs.sandbox import (
     stop,
 )
 from envs.session_sandbox import SessionSandbox
+from rollfleet.owner import tag
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,8 @@ class StartingTrees:
             if key not in self._trees:
                 if self._folder is None:
                     self.root.mkdir(parents=True, exist_ok=True)
-                    pid = os.getpid()
-                    self._folder = Path(tempfile.mkdtemp(
-                        prefix=f"rf.{pid}.{start_time(pid)}.trees-", dir=self.root))
+                    self._folder = Path(tempfile.mkdtemp(prefix=f"{OWNER}{tag()}trees-",
+                                                         dir=self.root))
                 home = Path(tempfile.mkdtemp(dir=self._folder))
                 work = home / "tree"
                 work.mkdir()

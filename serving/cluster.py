@@ -36,6 +36,7 @@ from serving.policy import (
     on_all,
     update_fleet,
 )
+from serving.process import sweep_socket_folders
 from serving.topologies import TOPOLOGIES, topology_class
 from serving.topologies.base import Placement, Topology
 
@@ -77,6 +78,7 @@ class Cluster:
         self.stop()
 
     def _start(self) -> Endpoint:
+        sweep_socket_folders()
         model_dir = self.model_dir = resolve_model_dir(self.model, self.cache_dir)
         markup = tokenizer_markup_ids(model_dir)
         tier = self._start_kv_tier()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from rollfleet.owner import sweep_temp, temp_folder
 from serving.errors import ServingError
 
 _PR_SET_PDEATHSIG = 1
@@ -113,6 +114,22 @@ class ManagedProcess:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+SOCKET_FOLDERS = ("plane", "vllm")  # the kinds of `socket_folder`
+
+
+def socket_folder(kind: str) -> Path:
+    """A folder for a server's unix sockets, named for this process (`rollfleet-<kind>-<pid>.
+    <start time>.`) so that `sweep_socket_folders` can tell when its owner is gone."""
+    assert kind in SOCKET_FOLDERS, kind
+    return temp_folder(f"rollfleet-{kind}-")
+
+
+def sweep_socket_folders() -> list[Path]:
+    """Remove the socket folders of jobs that no longer run (one killed with SIGKILL stops its
+    servers, PR_SET_PDEATHSIG, but cannot remove their folders)."""
+    return [p for kind in SOCKET_FOLDERS for p in sweep_temp(f"rollfleet-{kind}-")]
 
 
 def free_port(host: str = "127.0.0.1", below: int | None = None) -> int:

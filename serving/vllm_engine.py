@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +18,13 @@ from serving.engine.plugin import (
 )
 from serving.errors import ServingError
 from serving.policy import DEV_MODE_ENV
-from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
+from serving.process import (
+    ManagedProcess,
+    free_port,
+    port_in_use,
+    socket_folder,
+    wait_serving,
+)
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -120,8 +125,7 @@ class VllmEngine:
             raise ServingError(f"port {self.port} on {self.cfg.host} is already in use; "
                                "free it or set serving.port=0 to pick a free one")
         log = self.run_dir / "logs" / f"engine-{self.engine_id}.log"
-        # short: a socket path must fit in 108 bytes, and a run folder can be deeper than that
-        self.sockets = Path(tempfile.mkdtemp(prefix="rollfleet-vllm-"))
+        self.sockets = socket_folder("vllm")
         self.process = ManagedProcess(f"vllm-{self.engine_id}", self.argv(),
                                       self.env(self.sockets), log)
         self._wait_healthy()

@@ -10,19 +10,17 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
 
 from serving.config import ServingConfig
 from serving.errors import ServingError
-from serving.process import ManagedProcess, accepts, free_port, wait_until
+from serving.process import ManagedProcess, accepts, free_port, socket_folder, wait_until
 
 DISCOVERY = ("file", "etcd")
-# A folder for the plane's unix sockets (KV events, the workers' vLLM ZMQ sockets): under the
-# system's temp folder, since a socket path must be shorter than 108 bytes and a run folder can
-# be deeper than that.
+# The plane's unix sockets (KV events, the workers' vLLM ZMQ sockets): serving.process's
+# socket_folder, short whatever the run folder's depth.
 SOCKETS_ENV = "ROLLFLEET_SOCKETS"
 
 
@@ -48,7 +46,7 @@ class ControlPlane:
 
     def start(self) -> None:
         host = self.cfg.host
-        self.sockets = Path(tempfile.mkdtemp(prefix="rollfleet-"))
+        self.sockets = socket_folder("plane")
         common = {
             SOCKETS_ENV: str(self.sockets),
             "DYN_REQUEST_PLANE": "tcp",

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from envs import EnvConfig, Environment
-from envs.lease import MOUNTS, MOUNTS_READ_EVERY_S, UID_LOCKS, _mount_count, start_time
+from envs.lease import MOUNTS, MOUNTS_READ_EVERY_S, UID_LOCKS, _mount_count
 from envs.workspace import Workspace
+from rollfleet.owner import start_time
 
 PROJECT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="quotas, uids and cgroups need root")

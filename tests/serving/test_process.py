@@ -1,10 +1,17 @@
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from serving.process import ManagedProcess, free_port, port_in_use
+from serving.process import (
+    ManagedProcess,
+    free_port,
+    port_in_use,
+    socket_folder,
+    sweep_socket_folders,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -36,27 +43,37 @@ def test_stop_ends_the_whole_group(tmp_path):
 
 
 def test_a_server_dies_with_a_sigkilled_job(tmp_path):
-    """No handler runs in a SIGKILLed job: the kernel ends its servers (PR_SET_PDEATHSIG)."""
+    """No handler runs in a SIGKILLed job: the kernel ends its servers (PR_SET_PDEATHSIG);
+    the socket folder it made stays until the next start sweeps it (a live job's stays)."""
     pidfile = tmp_path / "server.pid"
     job = subprocess.Popen([sys.executable, "-c", (
         "import os, sys, time; from pathlib import Path; "
-        "from serving.process import ManagedProcess; "
+        "from serving.process import ManagedProcess, socket_folder; "
+        "folder = socket_folder('vllm'); "
         f"p = ManagedProcess('s', ['sleep', '300'], dict(os.environ), "
         f"Path({str(tmp_path)!r}) / 'log'); "
-        f"Path({str(pidfile)!r}).write_text(str(p.pid)); time.sleep(300)")],
+        f"Path({str(pidfile)!r}).write_text(f'{{p.pid}} {{folder}}'); time.sleep(300)")],
         cwd=Path(__file__).resolve().parents[2])
     deadline = time.time() + 30
     while not pidfile.exists() or not pidfile.read_text():
         assert time.time() < deadline and job.poll() is None
         time.sleep(0.05)
-    server = int(pidfile.read_text())
-    assert _alive(server)
-    job.kill()
-    job.wait()
-    deadline = time.time() + 5
-    while _alive(server) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(server)
+    server, folder = int(pidfile.read_text().split()[0]), Path(pidfile.read_text().split()[1])
+    assert _alive(server) and folder.is_dir()
+    mine = socket_folder("plane")
+    try:
+        assert folder not in sweep_socket_folders()  # its owner still runs
+        job.kill()
+        job.wait()
+        deadline = time.time() + 5
+        while _alive(server) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not _alive(server)
+        assert folder.is_dir()
+        assert folder in sweep_socket_folders() and not folder.exists()
+        assert mine.is_dir()
+    finally:
+        shutil.rmtree(mine)
 
 
 def test_last_error_names_the_failure(tmp_path):
