@@ -368,7 +368,8 @@ def cmd_calibrate(sim: Sim) -> dict:
         won = ", ".join(f"{k} {n}" for k, n in ratios["wins"].items() if n)
         rows.append(["the P:D ratio serving most sessions per GPU (1:2 ... 1:6, 2:k)", "1:4",
                      f"{ratios['best'] or 'none'} (best in seeds: {won or 'none'})",
-                     "hit" if ratios["best"] == "1:4" else "miss"])
+                     ("miss" if not ratios["best"] or not predict.same_ratio(ratios["best"], "1:4")
+                      else "hit" if ratios["best"] == "1:4" else "hit (the 1:4 ratio)")])
     print(f"\npredictions at the fitted knobs, not refitted ({len(seeds)} seeds: mean "
           "[min - max])")
     pred_table = print_table(["figure", "published", "predicted", "error"], rows)

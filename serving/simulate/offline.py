@@ -20,6 +20,7 @@ decoders divide evenly.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -205,7 +206,10 @@ def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | No
     done = [r for r in requests if r.get("terminal_status") == "completed"]
     if measure:
         done = [r for r in done if measure[0] <= index(r) < measure[1]] or done
-    decode_ms = sum(r["itl_ms"] * max(0, r["output_length"] - 1) for r in done if r["itl_ms"])
+    # fsum: exact whatever order the replay lists its requests in (a plain sum differed in the
+    # last digit between two replays of one trace)
+    decode_ms = math.fsum(r["itl_ms"] * max(0, r["output_length"] - 1) for r in done
+                          if r["itl_ms"])
     decode_tokens = sum(max(0, r["output_length"] - 1) for r in done if r["itl_ms"])
     per_user = [1000.0 / r["itl_ms"] for r in done if r.get("itl_ms")]
     ttft = [r["ttft_ms"] / 1000.0 for r in done if r.get("ttft_ms") is not None]

@@ -48,6 +48,12 @@ def capacity(sim: Sim, shape: Shape, low: int, high: int, resolution: float = 0.
     return {"sessions": best, "run": best_run, "runs": runs}
 
 
+def same_ratio(a: str, b: str) -> bool:
+    """Whether two fleets "P:D" have the same ratio (2:8 is 1:4 twice over)."""
+    (pa, da), (pb, db) = (map(int, x.split(":")) for x in (a, b))
+    return pa * db == pb * da
+
+
 def best_ratio(sims: list[Sim], jobs: int = 1, low: int = 16, high: int = 128) -> dict:
     """Sessions per GPU at the target for each of RATIOS, searched once per seed (one Sim each,
     `jobs` searches side by side); the best ratio by the mean, and how often each won."""

@@ -185,6 +185,7 @@ def test_the_ratio_search_runs_once_per_seed_and_counts_each_seeds_winner(tmp_pa
             assert found == max(ok, default=0)  # the largest count that met the target
     assert one["best"] == max(one["rows"], key=lambda r: r["sessions_per_gpu"])["ratio"]
     assert len({r["sessions_per_gpu"] for r in one["rows"]}) > 1  # the target separates them
+    assert predict.same_ratio("2:8", "1:4") and not predict.same_ratio("2:6", "1:4")
 
 
 def _request(session: str, turn: int, worker: int, arrival: float, admit: float, held: float,
