@@ -143,6 +143,33 @@ MUTATIONS = [
      "        return None\n",
      ["tests/e2e/test_policy_update.py::"
       "test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv[embedded]"]),
+    ("hard session affinity replays every session in every group", "serving/simulate/offline.py",
+     "                                   if bound[json.loads(line)[\"session_id\"]] == g))\n",
+     "                                   ))\n",
+     ["tests/serving/test_simulate.py::"
+      "test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoders"]),
+    ("serve's relay buffers the cluster's answer", "serving/serve/proxy.py",
+     "            async for chunk in resp.content.iter_any():\n"
+     "                await out.write(chunk)\n",
+     "            await out.write(await resp.read())\n",
+     ["tests/serving/serve/test_proxy.py::"
+      "test_requests_without_tools_are_relayed_as_they_came_and_stream_back"]),
+    ("a failed file call names the host's session folder", "envs/tools.py",
+     "            return ToolResult(output=f\"error: {self._as_seen(exc)}\", ok=True, failed=True)",
+     "            return ToolResult(output=f\"error: {exc}\", ok=True, failed=True)",
+     ["tests/envs/test_tools.py::test_missing_file_is_a_failed_call_not_a_malformed_one"]),
+    ("vLLM keeps its sockets in the system temp folder", "serving/vllm_engine.py",
+     "        \"VLLM_RPC_BASE_PATH\": str(sockets),\n", "",
+     ["tests/serving/test_vllm_engine.py::"
+      "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),
+    ("a dead job's socket folders are kept", "rollfleet/owner.py",
+     "    for path in gone:\n        shutil.rmtree(path, ignore_errors=True)\n", "",
+     ["tests/rollfleet/test_owner.py::test_a_dead_owners_folders_are_swept_and_a_live_ones_kept",
+      "tests/serving/test_process.py::test_a_server_dies_with_a_sigkilled_job"]),
+    ("a front door keeps the first event loop's HTTP client", "serving/frontdoor.py",
+     "        http = self._http.get(loop)\n",
+     "        http = next(iter(self._http.values()), None)\n",
+     ["tests/serving/test_frontdoor.py::test_one_door_serves_one_event_loop_after_another"]),
 ]
 
 
