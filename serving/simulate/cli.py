@@ -365,11 +365,14 @@ def cmd_calibrate(sim: Sim) -> dict:
          f"{err([whole['block_major_ms']], p['block_major_ms'])}"],
     ]
     if ratios:
+        best = ratios["best"]
         won = ", ".join(f"{k} {n}" for k, n in ratios["wins"].items() if n)
+        if best and predict.same_ratio(best, "1:4"):  # 2:8 is the 1:4 ratio twice over
+            verdict = "hit" if best == "1:4" else "hit (the 1:4 ratio)"
+        else:
+            verdict = "miss"
         rows.append(["the P:D ratio serving most sessions per GPU (1:2 ... 1:6, 2:k)", "1:4",
-                     f"{ratios['best'] or 'none'} (best in seeds: {won or 'none'})",
-                     ("miss" if not ratios["best"] or not predict.same_ratio(ratios["best"], "1:4")
-                      else "hit" if ratios["best"] == "1:4" else "hit (the 1:4 ratio)")])
+                     f"{best or 'none'} (best in seeds: {won or 'none'})", verdict])
     print(f"\npredictions at the fitted knobs, not refitted ({len(seeds)} seeds: mean "
           "[min - max])")
     pred_table = print_table(["figure", "published", "predicted", "error"], rows)
