@@ -158,8 +158,9 @@ MUTATIONS = [
      "            return ToolResult(output=f\"error: {self._as_seen(exc)}\", ok=True, failed=True)",
      "            return ToolResult(output=f\"error: {exc}\", ok=True, failed=True)",
      ["tests/envs/test_tools.py::test_missing_file_is_a_failed_call_not_a_malformed_one"]),
-    ("vLLM keeps its sockets in the system temp folder", "serving/vllm_engine.py",
-     "        \"VLLM_RPC_BASE_PATH\": str(sockets),\n", "",
+    ("vLLM keeps its temp files in the system temp folder", "serving/vllm_engine.py",
+     "        \"TMPDIR\": str(scratch),  # vLLM's ZMQ sockets and file stores go to "
+     "tempfile.gettempdir()\n", "",
      ["tests/serving/test_vllm_engine.py::"
       "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),
     ("a dead job's socket folders are kept", "rollfleet/owner.py",

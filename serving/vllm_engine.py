@@ -42,13 +42,13 @@ def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
     return args
 
 
-def engine_env(c: ServingConfig, cache: Path, sockets: Path) -> dict[str, str]:
+def engine_env(c: ServingConfig, cache: Path, scratch: Path) -> dict[str, str]:
     """Environment of an engine process: bounded KV space, caches under the project, offline,
-    and vLLM's ZMQ sockets in `sockets`, a folder its owner removes (vLLM's default, the system
-    temp folder, kept 3 socket files of every engine that ever ran)."""
+    and its temp files in `scratch`, a folder its owner removes: in the system temp folder vLLM
+    left 3 ZMQ socket files per engine start and a `vllm_dist_*` file store, for good."""
     env = dict(os.environ)
     env.update({
-        "VLLM_RPC_BASE_PATH": str(sockets),
+        "TMPDIR": str(scratch),  # vLLM's ZMQ sockets and file stores go to tempfile.gettempdir()
         "VLLM_CPU_KVCACHE_SPACE": str(c.kv_cache_gib),
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
@@ -96,7 +96,7 @@ class VllmEngine:
         self.extra_args = list(extra_args or [])
         self.extra_env = dict(extra_env or {})
         self.process: ManagedProcess | None = None
-        self.sockets: Path | None = None  # vLLM's ZMQ sockets, while it runs
+        self.sockets: Path | None = None  # its temp files (ZMQ sockets, ...), while it runs
 
     @property
     def base_url(self) -> str:
@@ -117,8 +117,8 @@ class VllmEngine:
             args += ["--reasoning-parser", m.reasoning_parser]
         return args + list(m.extra_args) + list(c.extra_args) + self.extra_args
 
-    def env(self, sockets: Path) -> dict[str, str]:
-        return {**engine_env(self.cfg, self.cache_dir, sockets), **self.extra_env}
+    def env(self, scratch: Path) -> dict[str, str]:
+        return {**engine_env(self.cfg, self.cache_dir, scratch), **self.extra_env}
 
     def start(self) -> None:
         if port_in_use(self.cfg.host, self.port):

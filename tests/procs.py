@@ -105,7 +105,8 @@ def unix_socket_paths(pids: list[int]) -> set[str]:
 
 def temp_litter() -> set[str]:
     """What engines leave directly in the system's temp folder unless told otherwise: socket
-    files (vLLM's ZMQ) and `tmp*.json` files (Dynamo's logging configs)."""
+    files (vLLM's ZMQ), `vllm_dist_*` file stores and `tmp*.json` files (Dynamo's logging
+    configs)."""
     root = Path(tempfile.gettempdir())
     return {str(p) for p in root.iterdir() if p.is_socket()} | {
-        str(p) for p in root.glob("tmp*.json")}
+        str(p) for pattern in ("tmp*.json", "vllm_dist_*") for p in root.glob(pattern)}

@@ -19,8 +19,8 @@ from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, socket_folder, wait_until
 
 DISCOVERY = ("file", "etcd")
-# The plane's unix sockets (KV events, the workers' vLLM ZMQ sockets): serving.process's
-# socket_folder, short whatever the run folder's depth.
+# The plane's unix sockets (KV events) and its workers' temp files (vLLM's ZMQ sockets, ...):
+# serving.process's socket_folder, short whatever the run folder's depth.
 SOCKETS_ENV = "ROLLFLEET_SOCKETS"
 
 

@@ -22,8 +22,8 @@ def test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin(tmp_path):
     assert env[UNMASKED_LOGPROBS_ENV] == "1"
     assert _flag(argv, "--host") == "127.0.0.1"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
-    # vLLM's ZMQ sockets go to the folder the engine removes, not the system temp folder
-    assert env["VLLM_RPC_BASE_PATH"] == str(tmp_path / "sockets")
+    # vLLM's temp files (ZMQ sockets, file stores) go to a folder the engine removes
+    assert env["TMPDIR"] == str(tmp_path / "sockets")
 
 
 def test_processed_logprobs_leave_vllm_as_it_is(tmp_path):
@@ -43,5 +43,5 @@ def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
     # unix socket paths stay short whatever the run folder (sun_path holds 107 bytes)
     assert json.loads(_flag(argv, "--kv-events-config"))["endpoint"] == (
         "ipc:///tmp/rollfleet-x/kv-events-decode0")
-    assert env["VLLM_RPC_BASE_PATH"] == "/tmp/rollfleet-x"  # removed with the control plane
+    assert env["TMPDIR"] == "/tmp/rollfleet-x"  # removed with the control plane
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
