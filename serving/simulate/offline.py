@@ -157,7 +157,7 @@ def _replay_groups(trace: Path, fleet: Fleet, lanes: int, router: dict[str, floa
     """Each session of the trace bound to one group for life; each group replayed alone with
     the lanes of its share. Worker indices are the fleet's (group g's prefill worker is g)."""
     groups = affine_groups(fleet)
-    weights = [g.decode_workers or 1 for g in groups]
+    weights = [g.agg_workers or g.decode_workers for g in groups]  # each group's workers
     lines = trace.read_text().splitlines()
     sessions = sorted({json.loads(line)["session_id"] for line in lines},
                       key=lambda sid: int(sid[1:]))
