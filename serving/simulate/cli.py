@@ -49,7 +49,7 @@ from serving.simulate import (
 )
 from serving.simulate.config import SimulateConfig
 from serving.simulate.published import PUBLISHED
-from serving.simulate.sim import Sim, fleet_name
+from serving.simulate.sim import Sim, fleet_name, side_by_side
 from serving.simulate.table import print_table
 
 COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate", "static")
@@ -122,17 +122,10 @@ def cmd_sweep(sim: Sim) -> dict:
     cfg = sim.cfg
     policies = list(cfg.sweep_policies)
     points = [(k, policy, n) for k in RATIOS for policy in policies for n in cfg.sweep_sessions]
-    if cfg.jobs > 1 and cfg.mode == "offline":  # replays are single-threaded: one per core
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        global _SWEEP_SIM
-        _SWEEP_SIM = sim
-        with ProcessPoolExecutor(cfg.jobs, mp_context=multiprocessing.get_context("fork")) as ex:
-            results = list(ex.map(_sweep_point, points))
+    jobs = cfg.jobs if cfg.mode == "offline" else 1
+    results = side_by_side(lambda point: _sweep_point(point, sim), points, jobs)
+    if jobs > 1:
         sim.runs += len(points)
-    else:
-        results = [_sweep_point(p, sim) for p in points]
     rows = [[x["ratio"], x["policy"], x["sessions"], x["gpus"], x["tok_s_user"], x["ttft_p90_s"],
              f"{x['prefix_reuse']:.0%}", x["ok"]] for x in results]
     table = print_table(["P:D", "policy", "sessions", "GPUs", "tok/s/user", "TTFT p90 s",
@@ -156,12 +149,7 @@ def cmd_sweep(sim: Sim) -> dict:
     return {"table": table, "results": results, "breaks": breaks}
 
 
-_SWEEP_SIM: Sim | None = None  # the sweep's Sim, inherited by forked worker processes
-
-
-def _sweep_point(point: tuple[int, str, int], sim: Sim | None = None) -> dict:
-    sim = sim or _SWEEP_SIM
-    assert sim is not None
+def _sweep_point(point: tuple[int, str, int], sim: Sim) -> dict:
     k, policy, n = point
     fleet = sim.fleet(sim.cfg.groups, decode=k)
     r = sim.run(fleet, n, policy)

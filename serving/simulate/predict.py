@@ -8,7 +8,7 @@ CLI lays them side by side with the published ones.
 from __future__ import annotations
 
 from serving.simulate.planner import Shape
-from serving.simulate.sim import Sim
+from serving.simulate.sim import Sim, side_by_side
 
 # 1:2 ... 1:6 and 2:k with k the same decode share (the seed chose 1:4 among such)
 RATIOS = tuple(Shape(1, k) for k in range(2, 7)) + tuple(Shape(2, k) for k in (6, 8, 10))
@@ -57,18 +57,9 @@ def same_ratio(a: str, b: str) -> bool:
 def best_ratio(sims: list[Sim], jobs: int = 1, low: int = 16, high: int = 128) -> dict:
     """Sessions per GPU at the target for each of RATIOS, searched once per seed (one Sim each,
     `jobs` searches side by side); the best ratio by the mean, and how often each won."""
-    units = [(i, shape, low, high) for i in range(len(sims)) for shape in RATIOS]
-    if jobs > 1:  # replays are single-threaded: one search per core
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        global _SIMS
-        _SIMS = sims
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
-            found = list(ex.map(_capacity_of, units))
-    else:
-        found = [capacity(sims[i], shape, low, high) for i, shape, _, _ in units]
-    by_unit = {unit[:2]: c for unit, c in zip(units, found, strict=True)}
+    units = [(i, shape) for i in range(len(sims)) for shape in RATIOS]
+    found = side_by_side(lambda unit: capacity(sims[unit[0]], unit[1], low, high), units, jobs)
+    by_unit = dict(zip(units, found, strict=True))
     rows = []
     for shape in RATIOS:
         per_seed = [by_unit[(i, shape)] for i in range(len(sims))]
@@ -88,11 +79,3 @@ def best_ratio(sims: list[Sim], jobs: int = 1, low: int = 16, high: int = 128) -
     return {"rows": rows, "best": best["ratio"] if best["sessions"] else None,
             "wins": wins, "seeds": [x.cfg.seed for x in sims], "published": "1:4",
             "simulations": sum(len(r["runs"]) for r in rows)}
-
-
-_SIMS: list[Sim] = []  # the searches' Sims, inherited by forked worker processes
-
-
-def _capacity_of(unit: tuple[int, Shape, int, int]) -> dict:
-    i, shape, low, high = unit
-    return capacity(_SIMS[i], shape, low, high)

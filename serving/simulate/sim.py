@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,26 @@ class Sim:
 
 def fleet_name(f: offline.Fleet) -> str:
     return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
+
+
+_TASK: Callable[[Any], Any] | None = None  # side_by_side's function, inherited when forked
+
+
+def side_by_side(fn: Callable[[Any], Any], items: list, jobs: int) -> list:
+    """`fn` over `items`, `jobs` processes at a time (replays are single-threaded: one per
+    core). The workers are forked, so `fn` and what it holds (Sims, perf tables) are inherited;
+    only items and results cross. Simulations run there are not counted by this process's Sims."""
+    if jobs <= 1:
+        return [fn(x) for x in items]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _TASK
+    _TASK = fn
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+        return list(ex.map(_call, items))
+
+
+def _call(item: Any) -> Any:
+    assert _TASK is not None
+    return _TASK(item)
