@@ -107,12 +107,13 @@ class ToolBox:
         record differ from run to run."""
         if exc.filename is None or exc.strerror is None:
             return str(exc)
-        names = [n for n in (exc.filename, exc.filename2) if n is not None]
+        root = self.ws.path.resolve()
         shown = []
-        for name in names:
-            path = Path(os.fsdecode(name))
-            root = self.ws.path.resolve()
-            shown.append(str(path.relative_to(root)) if path.is_relative_to(root) else path.name)
+        for name in (exc.filename, exc.filename2):
+            if name is not None:
+                path = Path(os.fsdecode(name))
+                shown.append(str(path.relative_to(root)) if path.is_relative_to(root)
+                             else path.name)
         return f"{exc.strerror}: {' -> '.join(shown)}"
 
     def _bash(self, command: str) -> ToolResult:
