@@ -16,7 +16,8 @@ limit). Commands:
   calibrate  fit the knobs the seed does not publish to its 1P:4D, 66-session, 101 tok/s point,
              then predict its other figures at them (`simulate.seeds`: repeats for intervals)
   plan       the fewest GPUs (any P:D counts, TP per role) that serve `simulate.sessions`
-             at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s`
+             at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s` (under every
+             one of `simulate.seeds`)
   static     the static question (`simulate.isl`, `prefix`, `osl`) asked of aiconfigurator's own
              CLI and of this replay, side by side (serving/simulate/static.py)
 """
@@ -49,7 +50,7 @@ from serving.simulate import (
 )
 from serving.simulate.config import SimulateConfig
 from serving.simulate.published import PUBLISHED
-from serving.simulate.sim import Sim, fleet_name, side_by_side
+from serving.simulate.sim import Sim, fleet_name, over_seeds, side_by_side
 from serving.simulate.table import print_table
 
 COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate", "static")
@@ -220,7 +221,11 @@ def cmd_layouts(sim: Sim) -> dict:
 
 
 def cmd_plan(sim: Sim) -> dict:
+    """The smallest fleet; with `simulate.seeds` > 1 a fleet meets the target only when it
+    meets it under every seed (the KV router's ties are random: a fleet that meets it once in
+    five is not one to buy)."""
     cfg = sim.cfg
+    sims = sim.seeded()
     runs: dict[planner.Shape, dict] = {}
 
     def meets(shape: planner.Shape) -> bool:
@@ -232,7 +237,9 @@ def cmd_plan(sim: Sim) -> dict:
             runs[shape] = {"ok": False, "fits": False,
                            "why": "kv_affine: a prefill worker without a decoder of its own"}
             return False
-        runs[shape] = sim.run(fleet, cfg.sessions)
+        per_seed = over_seeds(sims, fleet, cfg.sessions, cfg.jobs)
+        runs[shape] = {**per_seed[0], "ok": all(r["ok"] for r in per_seed),
+                       "seeds_ok": sum(r["ok"] for r in per_seed), "by_seed": per_seed}
         return runs[shape]["ok"]
 
     best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode,
@@ -240,9 +247,17 @@ def cmd_plan(sim: Sim) -> dict:
     rows = []
     for s in judged:
         r = runs[s]
-        rows.append([s.name, s.gpus, *((r["tok_s_user"], r["ttft_p90_s"],
-                                        r["output_tok_s"] / s.gpus, r["ok"])
-                                       if r.get("fits", True) else ("-", "-", "-", r["why"]))])
+        if not r.get("fits", True):
+            rows.append([s.name, s.gpus, "-", "-", "-", r["why"]])
+            continue
+        seeds = r["by_seed"]
+        ok = r["ok"] if len(seeds) == 1 else f"{r['seeds_ok']} of {len(seeds)} seeds"
+        rows.append([s.name, s.gpus, interval([x["tok_s_user"] for x in seeds]),
+                     interval([x["ttft_p90_s"] for x in seeds], 2),
+                     interval([x["output_tok_s"] / s.gpus for x in seeds]), ok])
+    if len(sims) > 1:
+        print(f"over {len(sims)} seeds ({cfg.seed} ... {cfg.seed + len(sims) - 1}): mean "
+              "[min - max]; a fleet meets the target when it does under every seed")
     table = print_table(["fleet", "GPUs", "tok/s/user", "TTFT p90 s", "tok/s per GPU", "ok"],
                         rows)
     grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, cfg.plan_tps))
@@ -255,6 +270,7 @@ def cmd_plan(sim: Sim) -> dict:
               f">= {cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s "
               f"({len(judged)} of {grid} fleets simulated)")
     return {"table": table, "best": vars(best) if best else None, "grid": grid,
+            "seeds": [x.cfg.seed for x in sims],
             "judged": [{**vars(s), "gpus": s.gpus, **runs[s]} for s in judged]}
 
 
@@ -373,7 +389,15 @@ def cmd_calibrate(sim: Sim) -> dict:
     title = f"GLM-5.3 on {cfg.system}, calibrated: {perf.version_label(fitted.spec)}"
     sweeps = None
     if cfg.sensitivity_plot:
-        sweeps = sensitivity.sweep(measure, fit.knobs)
+        def measure_all(settings: list[dict[str, float]]) -> list[list[dict]]:
+            units = [(i, s) for i in range(len(settings)) for s in seeds]
+            done = side_by_side(lambda u: measure(settings[u[0]], u[1]), units, cfg.jobs)
+            if cfg.jobs > 1:  # run in worker processes: not counted by their Sims here
+                sim.runs += len(units)
+            return [[r for u, r in zip(units, done, strict=True) if u[0] == i]
+                    for i in range(len(settings))]
+
+        sweeps = sensitivity.sweep(measure_all, fit.knobs)
         sensitivity.plot(sweeps, fit.knobs, Path(cfg.sensitivity_plot), title, cfg.target_tok_s,
                          cfg.ttft_slo_s)
     points = pareto_points(ratios["rows"] if ratios else [], cfg.ttft_slo_s)

@@ -66,9 +66,10 @@ class SimulateConfig:
     plot: str | None = None  # sweep: PNG
     sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    jobs: int = 1  # sweep, calibrate's ratio search: simulations side by side (processes; offline)
+    jobs: int = 1  # sweep, calibrate, plan: simulations side by side (processes; offline)
     calibrated: str | None = None  # calibrate: take the knobs of this calibrate JSON, fit none
-    seeds: int = 1  # calibrate: the fit point and the predictions over seeds seed ... +n-1
+    # calibrate (the fit point, predictions, sensitivity) and plan: over seeds seed ... +n-1
+    seeds: int = 1
     predict_ratios: bool = True  # calibrate: search each P:D ratio's capacity (most of the cost)
     sensitivity_plot: str | None = None  # calibrate: sweep each knob's range, plot here (PNG)
     pareto_plot: str | None = None  # calibrate: the ratio search's points, tok/s per GPU vs user

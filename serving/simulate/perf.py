@@ -145,7 +145,7 @@ def build_profile(spec: PerfSpec, cache_dir: Path, resolution: int = 80) -> Path
         table = dict(np.load(build_profile(measured, cache_dir, resolution)))
         table["prefill_ttft_ms"] = table["prefill_ttft_ms"] / spec.prefill_efficiency
         table["decode_itl"] = table["decode_itl"] / spec.decode_efficiency
-    tmp = path.with_suffix(".tmp.npz")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # forked workers may build it at once
     np.savez(tmp, **table)
     os.replace(tmp, path)
     path.with_suffix(".json").write_text(json.dumps(

@@ -1,5 +1,6 @@
 """What the calibrated point leans on: each unpublished knob moved across its plausible range,
-the others held at their calibrated values, and the headline figures' response (issue 27)."""
+the others held at their calibrated values, and the headline figures' response over seeds
+(issue 27)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,23 @@ from serving.simulate.calibrate import KNOBS
 FIGURES = {"tok_s_user": "tok/s per user", "ttft_p90_s": "TTFT p90 (s)"}
 
 
-def sweep(measure: Callable[[dict[str, float]], dict], knobs: dict[str, float],
-          points: int = 4) -> dict[str, list[dict]]:
-    """For each knob, `points` values from its low to its high end (and its calibrated value)."""
-    out = {}
-    for name, k in KNOBS.items():
-        values = sorted({*np.linspace(k.low, k.high, points).round(6).tolist(), knobs[name]})
-        runs = [(v, measure({**knobs, name: v})) for v in values]
-        out[name] = [{"value": v, **{f: r[f] for f in FIGURES}} for v, r in runs]
+def sweep(measure: Callable[[list[dict[str, float]]], list[list[dict]]],
+          knobs: dict[str, float], points: int = 4) -> dict[str, list[dict]]:
+    """For each knob, `points` values from its low to its high end (and its calibrated value).
+    `measure` takes every setting at once (to run them side by side) and gives each one's runs,
+    one per seed: a figure is their mean, with their [min, max]."""
+    settings = [(name, v) for name, k in KNOBS.items()
+                for v in sorted({*np.linspace(k.low, k.high, points).round(6).tolist(),
+                                 knobs[name]})]
+    results = measure([{**knobs, name: v} for name, v in settings])
+    out: dict[str, list[dict]] = {}
+    for (name, v), runs in zip(settings, results, strict=True):
+        row: dict = {"value": v, "seeds": len(runs)}
+        for f in FIGURES:
+            values = [r[f] for r in runs]
+            row[f] = sum(values) / len(values)
+            row[f"{f}_range"] = [min(values), max(values)]
+        out.setdefault(name, []).append(row)
     return out
 
 
@@ -36,7 +46,10 @@ def plot(sweeps: dict[str, list[dict]], knobs: dict[str, float], path: Path, tit
     for col, (name, rows) in enumerate(sweeps.items()):
         for row, (figure, label) in enumerate(FIGURES.items()):
             ax = axes[row][col]
-            ax.plot([r["value"] for r in rows], [r[figure] for r in rows], "o-")
+            x = [r["value"] for r in rows]
+            ax.plot(x, [r[figure] for r in rows], "o-")
+            ax.fill_between(x, [r[f"{figure}_range"][0] for r in rows],
+                            [r[f"{figure}_range"][1] for r in rows], alpha=0.25)
             ax.axvline(knobs[name], color="tab:red", lw=0.8)
             ax.axhline(target_tok_s if figure == "tok_s_user" else ttft_slo_s, color="grey",
                        lw=0.8)

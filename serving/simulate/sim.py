@@ -40,6 +40,13 @@ class Sim:
         self._by_tp = {self.spec.tp: (self.profile, self.budget)}
         self.runs = 0
 
+    def seeded(self) -> list[Sim]:
+        """This simulation and one per further seed (`simulate.seeds`): the same fleets and
+        session shape, other sessions, and the KV router's own draws."""
+        c = self.cfg
+        return [self] + [Sim(self.serving, replace(c, seed=s), self.work_dir, self.cache_dir)
+                         for s in range(c.seed + 1, c.seed + max(1, c.seeds))]
+
     def at_tp(self, tp: int) -> tuple[Path, float]:
         """The perf table and KV bytes per GPU of a worker of `tp` GPUs (EP = TP, as the seed's);
         a budget <= 0: the weights do not fit."""
@@ -140,6 +147,15 @@ class Sim:
 
 def fleet_name(f: offline.Fleet) -> str:
     return f"{f.agg_workers} agg" if f.agg_workers else f"{f.prefill_workers}P:{f.decode_workers}D"
+
+
+def over_seeds(sims: list[Sim], fleet: offline.Fleet, lanes: int, jobs: int) -> list[dict]:
+    """`fleet` with `lanes` sessions under each of `sims` (one per seed), `jobs` at a time;
+    the first Sim counts them all, wherever they ran."""
+    counted = sims[0].runs
+    out = side_by_side(lambda i: sims[i].run(fleet, lanes), list(range(len(sims))), jobs)
+    sims[0].runs = counted + len(out)
+    return out
 
 
 _TASK: Callable[[Any], Any] | None = None  # side_by_side's function, inherited when forked

@@ -340,13 +340,15 @@ def test_the_planner_finds_the_brute_force_minimum_of_monotone_fleets():
 
 def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force(tmp_path):
     """`plan` on a tiny workload (6 sessions, prompts 2k-4k), prefill/decode 1-2 x 1-3 workers,
-    TP 4 or 8 per role: every fleet of the grid simulated (round-robin routing: repeatable), none
-    with fewer GPUs than the plan's meets the target, the plan's does, and the plan simulated
-    fewer fleets."""
+    TP 4 or 8 per role, over 2 seeds side by side: every fleet of the grid simulated under each
+    seed (round-robin routing: repeatable), none with fewer GPUs than the plan's meets the target
+    under both, the plan's does, each judged fleet's figures are its seeds' own runs, and the
+    plan simulated fewer fleets."""
     tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
     args = ["serving=glm5_gpu", *tiny, "simulate.sessions=6", "simulate.policy=round_robin",
             "simulate.plan_max_prefill=2", "simulate.plan_max_decode=3",
             "simulate.plan_tps=[4,8]", "simulate.target_tok_s=90", "simulate.ttft_slo_s=0.7",
+            "simulate.seeds=2", "simulate.jobs=2",
             f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
     out = tmp_path / "plan.json"
     assert main(["plan", *args, f"simulate.out={out}"]) == 0
@@ -354,13 +356,22 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     serving, cfg, _, _ = load(args)
     from serving.simulate.sim import Sim
 
-    sim = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache")
+    sims = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache").seeded()
+    assert [x.cfg.seed for x in sims] == got["seeds"] == [0, 1]
     fleets = planner.grid(2, 3, [4, 8])
-    ok = {s: sim.run(sim.shape_fleet(s), 6)["ok"] for s in fleets}
+    runs = {s: [x.run(sims[0].shape_fleet(s), 6) for x in sims] for s in fleets}
+    ok = {s: all(r["ok"] for r in rs) for s, rs in runs.items()}
     assert got["best"] is not None and len(got["judged"]) < len(fleets)
     best = planner.Shape(**got["best"])
     assert ok[best] and best.gpus == _brute_force(ok.__getitem__, fleets)
     assert any(ok.values()) and not all(ok.values())  # the target separates the fleets
+    assert got["simulations"] == 2 * len(got["judged"])
+    for judged in got["judged"]:
+        shape = planner.Shape(*(judged[k] for k in ("prefill", "decode", "tp_prefill",
+                                                    "tp_decode")))
+        assert judged["ok"] == ok[shape]
+        assert [(r["tok_s_user"], r["ttft_p90_s"]) for r in judged["by_seed"]] == [
+            (r["tok_s_user"], r["ttft_p90_s"]) for r in runs[shape]]
 
 
 def test_the_fit_recovers_known_efficiencies_and_leaves_the_pinned_knobs_alone():
@@ -404,23 +415,28 @@ def test_calibrate_fits_the_published_point_and_predicts_the_rest(tmp_path: Path
     assert "| p90 ITL, 1P:4D vs the same 5 workers aggregated" in capsys.readouterr().out
 
 
-def test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value():
-    """Each knob across its range (4 points and its calibrated value), the others held: one
-    simulation per value, and each figure is that simulation's."""
+def test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed():
+    """Each knob across its range (4 points and its calibrated value), the others held: every
+    setting measured once per seed, and each figure is the mean of its seeds' with their range."""
     from serving.simulate import calibrate, sensitivity
 
     knobs = {k: v.value for k, v in calibrate.KNOBS.items()}
     calls = []
 
-    def measure(k: dict) -> dict:
-        calls.append(k)
-        return {"tok_s_user": 50 * k["decode_efficiency"], "ttft_p90_s": 20 / k["tool_s"]}
+    def measure(settings: list[dict]) -> list[list[dict]]:
+        calls.extend(settings)
+        return [[{"tok_s_user": 50 * k["decode_efficiency"] + seed,
+                  "ttft_p90_s": 20 / k["tool_s"] * (1 + seed)} for seed in (0, 1)]
+                for k in settings]
 
     got = sensitivity.sweep(measure, knobs)
     assert len(calls) == sum(len(v) for v in got.values()) == 5 * 5 - 1  # host tier: at an end
-    assert [r["value"] for r in got["tool_s"]] == [2.0, 8.0, 21.333333, 40.666667, 60.0]
-    assert [r["ttft_p90_s"] for r in got["tool_s"]] == [20 / v for v in
-                                                        (2.0, 8.0, 21.333333, 40.666667, 60.0)]
+    tool_s = (2.0, 8.0, 21.333333, 40.666667, 60.0)
+    assert [r["value"] for r in got["tool_s"]] == list(tool_s)
+    assert [r["ttft_p90_s"] for r in got["tool_s"]] == [30 / v for v in tool_s]
+    assert [r["ttft_p90_s_range"] for r in got["tool_s"]] == [[20 / v, 40 / v] for v in tool_s]
+    assert [r["tok_s_user_range"] for r in got["decode_efficiency"]] == [
+        [50 * r["value"], 50 * r["value"] + 1] for r in got["decode_efficiency"]]
     assert all(sum(c[j] != knobs[j] for j in knobs) <= 1 for c in calls)
 
 

@@ -58,7 +58,8 @@ def _check(row: Row, home: Path) -> None:
     materialize(row, repo)
     before = run_tests(repo, row.hidden_tests, TIMEOUT_S, tmp_dir=tmp)
     failing = {t for t in row.hidden_tests if before.details[t]["outcome"] != "pass"}
-    assert failing == set(row.fail_to_pass), row.task_id
+    odd = {t: before.details[t] for t in failing ^ set(row.fail_to_pass)}
+    assert failing == set(row.fail_to_pass), (row.task_id, odd)  # with each odd test's error
     assert not before.summary.ok
     path, old, new = reference_edit(row)
     mutant = (repo / path).read_text()
