@@ -171,6 +171,15 @@ MUTATIONS = [
      "        http = self._http.get(loop)\n",
      "        http = next(iter(self._http.values()), None)\n",
      ["tests/serving/test_frontdoor.py::test_one_door_serves_one_event_loop_after_another"]),
+    ("the planner buys a fleet that met the target under one seed",
+     "serving/simulate/cli.py", '"ok": all(r["ok"] for r in per_seed)',
+     '"ok": any(r["ok"] for r in per_seed)',
+     ["tests/serving/test_simulate.py::"
+      "test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force"]),
+    ("the sensitivity shows its first seed's figures", "serving/simulate/sensitivity.py",
+     "            row[f] = sum(values) / len(values)\n", "            row[f] = values[0]\n",
+     ["tests/serving/test_simulate.py::"
+      "test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed"]),
 ]
 
 

@@ -342,12 +342,12 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     """`plan` on a tiny workload (6 sessions, prompts 2k-4k), prefill/decode 1-2 x 1-3 workers,
     TP 4 or 8 per role, over 2 seeds side by side: every fleet of the grid simulated under each
     seed (round-robin routing: repeatable), none with fewer GPUs than the plan's meets the target
-    under both, the plan's does, each judged fleet's figures are its seeds' own runs, and the
+    under both (a 12-GPU fleet meets it under one), the plan's does, each judged fleet's figures are its seeds' own runs, and the
     plan simulated fewer fleets."""
     tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
     args = ["serving=glm5_gpu", *tiny, "simulate.sessions=6", "simulate.policy=round_robin",
             "simulate.plan_max_prefill=2", "simulate.plan_max_decode=3",
-            "simulate.plan_tps=[4,8]", "simulate.target_tok_s=90", "simulate.ttft_slo_s=0.7",
+            "simulate.plan_tps=[4,8]", "simulate.target_tok_s=89.3", "simulate.ttft_slo_s=0.75",
             "simulate.seeds=2", "simulate.jobs=2",
             f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
     out = tmp_path / "plan.json"
@@ -365,6 +365,8 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     best = planner.Shape(**got["best"])
     assert ok[best] and best.gpus == _brute_force(ok.__getitem__, fleets)
     assert any(ok.values()) and not all(ok.values())  # the target separates the fleets
+    # and the seeds disagree on some (1P:1D with TP8 decode: 88.4 and 90.2 tok/s per user)
+    assert any(len({r["ok"] for r in rs}) == 2 for rs in runs.values())
     assert got["simulations"] == 2 * len(got["judged"])
     for judged in got["judged"]:
         shape = planner.Shape(*(judged[k] for k in ("prefill", "decode", "tp_prefill",
