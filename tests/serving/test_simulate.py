@@ -342,8 +342,8 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     """`plan` on a tiny workload (6 sessions, prompts 2k-4k), prefill/decode 1-2 x 1-3 workers,
     TP 4 or 8 per role, over 2 seeds side by side: every fleet of the grid simulated under each
     seed (round-robin routing: repeatable), none with fewer GPUs than the plan's meets the target
-    under both (a 12-GPU fleet meets it under one), the plan's does, each judged fleet's figures are its seeds' own runs, and the
-    plan simulated fewer fleets."""
+    under both (a 12-GPU fleet meets it under one), the plan's does, each judged fleet's figures
+    are its seeds' own runs, and the plan simulated fewer fleets."""
     tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
     args = ["serving=glm5_gpu", *tiny, "simulate.sessions=6", "simulate.policy=round_robin",
             "simulate.plan_max_prefill=2", "simulate.plan_max_decode=3",
