@@ -132,16 +132,31 @@ def sweep_socket_folders() -> list[Path]:
     return [p for kind in SOCKET_FOLDERS for p in sweep_temp(f"rollfleet-{kind}-")]
 
 
+_handed_out: set[int] = set()  # ports free_port gave this process, never given twice
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1", below: int | None = None) -> int:
-    """A port nothing listens on; `below` keeps it under a limit (the kernel's picks are high)."""
-    if below is None:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return s.getsockname()[1]
-    for port in random.sample(range(below // 2, below), 200):
-        if not port_in_use(host, port):
-            return port
-    raise OSError(f"no free port below {below} on {host}")
+    """A port nothing listens on and this process has not been given before.
+
+    The kernel may answer two binds to port 0 with the same port when nothing holds the first
+    yet (a Mooncake master once got one port for RPC and metrics and served neither); `below`
+    keeps the port under a limit (the kernel's picks are high)."""
+    for _ in range(200):
+        if below is None:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        else:
+            port = random.randrange(below // 2, below)
+            if port_in_use(host, port):
+                continue
+        with _handed_out_lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise OSError(f"no free port{f' below {below}' if below else ''} on {host} that this "
+                  "process was not given before")
 
 
 def accepts(host: str, port: int) -> bool:

@@ -93,3 +93,19 @@ def test_port_in_use():
         s.bind(("127.0.0.1", port))
         s.listen()
         assert port_in_use("127.0.0.1", port)
+
+
+def test_free_port_never_hands_out_one_port_twice(monkeypatch):
+    """The kernel may answer two binds to port 0 with one port (CI once gave a Mooncake master
+    the same port for RPC and metrics); a fake kernel that always answers the same port twice."""
+    import socket
+
+    real = socket.socket
+    answers = iter([41001, 41001, 41002, 41002, 41003])
+
+    class Kernel(real):
+        def getsockname(self):
+            return ("127.0.0.1", next(answers))
+
+    monkeypatch.setattr(socket, "socket", Kernel)
+    assert [free_port(), free_port(), free_port()] == [41001, 41002, 41003]
