@@ -8,8 +8,8 @@
   point), so that a sandbox can start without the other sessions' mounts: bwrap walks the whole
   mount table for each folder it binds, and with a tmpfs per live session that walk cost a
   sandbox start 40-70 ms of CPU at 1,000 sessions (measured here). Each sandbox starts in a mount
-  namespace of its own where `rf-mounts` is detached but for its own session's tmpfs, once
-  the mount table is large enough for that to pay (APART_ABOVE).
+  namespace of its own where `rf-mounts` is detached but for its own session's tmpfs (the
+  launcher, envs/launch.c, does it in three system calls: 0.3 ms with no other session open).
 - A uid of its own from the configured range, leased by a lock file (the kernel drops the lock
   when its holder dies), so per-uid counts such as RLIMIT_NPROC are this session's alone.
 - A cgroup (envs.cgroups) with the session's process, memory and CPU limits, where one is
@@ -25,15 +25,13 @@ import errno
 import fcntl
 import os
 import random
-import shlex
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from envs import cgroups
-from envs.sandbox import LAUNCH_FAILED, SandboxPolicy, as_user, launch, limits, wrap
+from envs.sandbox import SandboxPolicy, as_user, launch, limits, wrap
 from rollfleet.owner import dead_owner, tag
 
 OWNER = "rf."  # every session folder and cgroup: rf.<pid>.<start time>. (rollfleet.owner)
@@ -43,11 +41,6 @@ MOUNTS = "rf-mounts"  # in a scratch root: the tmpfs holding the session tmpfs m
 # where a sandbox's own tmpfs waits, in the sandbox's mount namespace, while the others go
 STAGE = Path("/run/rollfleet/stage")
 MOUNT_SOURCE = "rollfleet"  # the source of every session tmpfs in the mount table
-# Setting the other sessions' mounts apart costs a sandbox start ~6 ms of CPU (unshare, mount,
-# umount); bwrap's walks cost ~40 us per mount in view: below ~200 mounts, apart is dearer.
-APART_ABOVE = 200
-MOUNTS_READ_EVERY_S = 1.0
-_mounts_seen = (float("-inf"), 0)  # (when, how many mounts): the last read of the table
 MB = 1024 * 1024
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -90,11 +83,10 @@ class SessionLease:
     def command(self, argv: list[str], policy: SandboxPolicy) -> list[str]:
         """`argv` as this session runs it: in its sandbox on its folder, as its uid, in its
         cgroups, under the policy's rlimits, apart from the other sessions' mounts."""
-        apart = self.mounts is not None and policy.isolate and _mount_count() > APART_ABOVE
+        apart = self.mounts is not None and policy.isolate
         inner = wrap(as_user(argv, self.uid), self.repo, policy, STAGE if apart else None)
-        if apart:
-            inner = _apart(inner, self.repo, self.mounts)
-        return launch(inner, self.groups, limits(policy))
+        return launch(inner, self.groups, limits(policy),
+                      (self.repo, self.mounts, STAGE) if apart else None)
 
     def close(self) -> None:
         """Kill what is left in the cgroup, unmount, remove the folder, give the uid back."""
@@ -176,30 +168,6 @@ def _close_mount_point(point: Path) -> None:
         if os.path.ismount(mounts) and not any(mounts.iterdir()):
             _unmount(mounts)
             mounts.rmdir()
-
-
-def _mount_count() -> int:
-    """The mount table's length, read at most once a second: at 1,000 mounts one read is 2 ms
-    of CPU (measured here), and the choice it feeds (APART_ABOVE) needs it no fresher."""
-    global _mounts_seen
-    at, count = _mounts_seen
-    now = time.monotonic()
-    if now - at >= MOUNTS_READ_EVERY_S:
-        with open("/proc/self/mountinfo", "rb") as table:
-            count = table.read().count(b"\n")
-        _mounts_seen = (now, count)
-    return count
-
-
-def _apart(argv: list[str], repo: Path, mounts: Path) -> list[str]:
-    """`argv` in a mount namespace of its own where `mounts` (every session's tmpfs) is
-    detached, its own session's tmpfs staged at STAGE for bwrap to bind (from `/`: the
-    folder it was started in is gone with `mounts`)."""
-    failed = shlex.quote(f"{LAUNCH_FAILED}could not set the session's mounts apart")
-    script = (f'{{ mount --bind "$1" {STAGE} && umount --lazy "$2"; }} 2>/dev/null || '
-              f'{{ echo {failed} >&2; exit 1; }}; shift 2; cd / && exec "$@"')
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
-            str(repo), str(mounts), *argv]
 
 
 def _lease_uid(first: int, count: int) -> tuple[int, int]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -28,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envs.launcher import launcher_path
 from rollfleet.paths import ROOT
 
 CGROUP_CHOICES = ("auto", "none")
@@ -187,17 +187,21 @@ def limits(policy: SandboxPolicy) -> dict[str, int]:
     return out
 
 
-def launch(argv: list[str], groups: list[Path], rlimits: dict[str, int]) -> list[str]:
-    """`argv` started inside the cgroups `groups` under `rlimits`, set by a shell and prlimit
-    in between rather than by a preexec_fn: with a preexec_fn, Python forks the whole calling
-    process (an actor of some 600 MB: 28 ms of CPU per start, measured here), without one it
-    uses vfork (0.7 ms). Start it with `start_new_session=True`; each step execs the next, so
-    the pid is argv's."""
-    join = "".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))} && " for g in groups)
-    failed = shlex.quote(f"{LAUNCH_FAILED}could not join the session's cgroup")
-    return ["sh", "-c", f'{{ {join}:; }} 2>/dev/null || {{ echo {failed} >&2; exit 1; }}; '
-            'exec "$@"', "sh", "prlimit", *(f"--{k}={v}" for k, v in rlimits.items()), "--",
-            *argv]
+def launch(argv: list[str], groups: list[Path], rlimits: dict[str, int],
+           apart: tuple[Path, Path, Path] | None = None) -> list[str]:
+    """`argv` started by the launcher (envs/launch.c): inside the cgroups `groups`, under
+    `rlimits`, and with `apart` = (repo, mounts, stage) in a mount namespace of its own where
+    `mounts` is detached and `repo` bound at `stage`. Not a preexec_fn: with one, Python forks
+    the whole calling process (an actor of some 600 MB: 28 ms of CPU per start, measured here),
+    without one it vforks (0.7 ms). Start it with `start_new_session=True`; the launcher execs
+    `argv`, so the pid is argv's."""
+    args = [str(launcher_path())]
+    for group in groups:
+        args += ["--cgroup", str(group)]
+    args += [arg for name, value in rlimits.items() for arg in ("--rlimit", f"{name}={value}")]
+    if apart is not None:
+        args += ["--apart", *map(str, apart)]
+    return [*args, "--", *argv]
 
 
 def give_to_sandbox(path: Path, uid: int | None) -> None:

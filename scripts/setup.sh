@@ -13,10 +13,11 @@ WANT="$( (cat "$ROOT/pyproject.toml"; echo "$SETUP_REV") | sha256sum | cut -d' '
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# Debian packages: bubblewrap (task sandbox), libibverbs1 (Mooncake loads it even without RDMA),
-# etcd-server and nats-server (Dynamo's discovery and event plane across hosts: serving.discovery=etcd).
+# Debian packages: bubblewrap and a C compiler (the task sandbox and its launcher, envs/launch.c),
+# libibverbs1 (Mooncake loads it even without RDMA), etcd-server and nats-server (Dynamo's
+# discovery and event plane across hosts: serving.discovery=etcd).
 apt_need=()
-for pkg in bubblewrap libibverbs1 procps etcd-server nats-server; do
+for pkg in bubblewrap gcc libc6-dev libibverbs1 procps etcd-server nats-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || apt_need+=("$pkg")
 done
 if ((${#apt_need[@]})); then
