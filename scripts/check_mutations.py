@@ -180,6 +180,12 @@ MUTATIONS = [
      "            row[f] = sum(values) / len(values)\n", "            row[f] = values[0]\n",
      ["tests/serving/test_simulate.py::"
       "test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed"]),
+    ("the launcher leaves the hard rlimits open", "envs/launch.c",
+     "struct rlimit r = {n, n};", "struct rlimit r = {n, RLIM_INFINITY};",
+     ["tests/envs/test_launcher.py::test_it_sets_every_rlimit_it_is_given"]),
+    ("the launcher leaves the other sessions' mounts in bwrap's view", "envs/launch.c",
+     "    if (umount2(mounts, MNT_DETACH))", "    if (0)",
+     ["tests/envs/test_sandbox.py::test_a_sandbox_starts_apart_from_the_other_sessions_mounts"]),
 ]
 
 

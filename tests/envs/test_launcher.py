@@ -54,7 +54,6 @@ def test_it_is_built_once_per_source_and_a_missing_compiler_says_so(tmp_path, mo
     with changed.open("a") as f:
         f.write("/* changed */\n")
     assert build(changed, tmp_path) != first
-    monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with changed.open("a") as f:
         f.write("/* changed again */\n")
