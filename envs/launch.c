@@ -62,13 +62,14 @@ static int limit(const char *spec) {
 }
 
 static int apart(const char *repo, const char *mounts, const char *stage) {
+    static const char *APART = "could not set the session's mounts apart";
     if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
-        return fail("could not set the session's mounts apart", "(unshare)");
+        return fail(APART, "(unshare)");
     if (mount(repo, stage, NULL, MS_BIND, NULL))
-        return fail("could not set the session's mounts apart", repo);
+        return fail(APART, repo);
     if (umount2(mounts, MNT_DETACH))
-        return fail("could not set the session's mounts apart", mounts);
-    return chdir("/") ? fail("could not set the session's mounts apart", "/") : 0;
+        return fail(APART, mounts);
+    return chdir("/") ? fail(APART, "/") : 0;
 }
 
 int main(int argc, char **argv) {

@@ -1,8 +1,8 @@
 """The sandbox launcher (envs/launch.c), compiled on first use into the project's cache.
 
 Every sandbox start goes through it, so it must cost next to nothing: one small C program
-instead of the shell, prlimit, unshare, shell, mount and umount it replaces (12.6 ms less CPU per
-start at 1,000 open sessions, measured here by `scripts/bench_sandbox.py`). It is built per
+instead of the shell, prlimit, unshare, shell, mount and umount it replaces (12.0 against 24.7
+ms of CPU per start at 1,000 open sessions, bench/sandbox_launcher.json). It is built per
 source text (a changed launch.c builds anew) by whichever process needs it first; others that
 race it find the finished binary, renamed into place whole.
 """
