@@ -165,9 +165,16 @@ def _close_mount_point(point: Path) -> None:
         _unmount(point)
         with contextlib.suppress(FileNotFoundError):
             point.rmdir()
-        if os.path.ismount(mounts) and not any(mounts.iterdir()):
+        if os.path.ismount(mounts) and _empty(mounts):
             _unmount(mounts)
             mounts.rmdir()
+
+
+def _empty(mounts: Path) -> bool:
+    """No session folder left in rf-mounts. It holds folders only, and a tmpfs folder's link
+    count is 2 + its subfolders: one stat, where listing the folder read every live session's
+    entry (3% of an actor's CPU at 1,024 sessions, perf)."""
+    return os.stat(mounts).st_nlink <= 2 and not os.listdir(mounts)
 
 
 def _lease_uid(first: int, count: int) -> tuple[int, int]:

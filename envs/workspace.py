@@ -21,6 +21,7 @@ from envs.sandbox import (
     launch,
     setup_failure,
     stop,
+    wait_exit,
 )
 from envs.session_sandbox import SessionSandbox
 from rollfleet.owner import tag
@@ -278,10 +279,7 @@ class Workspace:
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            proc.wait(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = not wait_exit(proc.pid, timeout_s)
         finally:
             stop(proc)
         return (None if timed_out else proc.returncode), timed_out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -28,6 +29,10 @@ class RolloutWorker:
         self.limits, self.seed, self.provenance = limits, seed, provenance
         self.fence = TurnFence(board)
         self.node_id = ray.get_runtime_context().get_node_id()
+        # What is loaded by now (Ray, the tokenizer, the tasks) lives as long as the actor: the
+        # collector's full passes skip it (the collector took 6% of an actor's CPU at 1,024
+        # sessions, perf).
+        gc.freeze()
 
     async def run(self, job: Job, engine_names: dict[str, str]) -> dict[str, Any]:
         """`engine_names`: the serving engines as they are now (a restarted engine has a new

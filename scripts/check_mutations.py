@@ -186,6 +186,13 @@ MUTATIONS = [
     ("the launcher leaves the other sessions' mounts in bwrap's view", "envs/launch.c",
      "    if (umount2(mounts, MNT_DETACH))", "    if (0)",
      ["tests/envs/test_sandbox.py::test_a_sandbox_starts_apart_from_the_other_sessions_mounts"]),
+    ("the first session out unmounts every session's files", "envs/lease.py",
+     "    return os.stat(mounts).st_nlink <= 2 and not os.listdir(mounts)", "    return True",
+     ["tests/envs/test_lease.py::test_the_mounts_folder_goes_with_the_last_session_out"]),
+    ("a command is waited for no longer than a glance", "envs/sandbox.py",
+     "return bool(poller.poll(None if timeout_s is None else math.ceil(timeout_s * 1000)))",
+     "return bool(poller.poll(0))",
+     ["tests/envs/test_sandbox.py::test_wait_exit_sees_an_exit_and_stops_at_the_timeout"]),
 ]
 
 

@@ -16,7 +16,6 @@ comparison with the server's own tool handling (`rollout.tool_constraint=stock`)
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import weakref
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import aiohttp
+import msgspec
 
 from serving.endpoint import Endpoint
 from serving.errors import ServerUnavailable
@@ -44,6 +44,11 @@ KEEPALIVE_S = 2.0
 # starvation): the server aborts what it had started, so the request may be sent once more.
 DROPPED = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError)
 OVERLOAD_WAIT_S = (0.05, 2.0)
+# A turn's body carries the whole prompt as token ids, and its answer echoes them: msgspec spends
+# 0.03 ms encoding a 6,000-token body where json.dumps spends 0.6, and half of json.loads' time
+# decoding the answer (measured here).
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE = msgspec.json.Decoder().decode
 
 
 def overload_waits() -> Iterator[float]:
@@ -185,14 +190,14 @@ class FrontDoor:
                     headers: dict[str, str] | None = None) -> dict:
         hdrs = {SESSION_HEADER: session_id} if session_id else {}
         hdrs.update(headers or {})
-        data = json.dumps(body)
+        data = _ENCODE(body)
         deadline = time.monotonic() + self.endpoint.request_timeout_s
         dropped = 0
         for wait in overload_waits():
             try:
                 async with self._client().post(f"{self.root}{path}", data=data,
                                                headers=hdrs) as resp:
-                    status, text = resp.status, await resp.text()
+                    status, raw = resp.status, await resp.read()
             except DROPPED as exc:
                 dropped += 1
                 if dropped > 1:
@@ -206,9 +211,13 @@ class FrontDoor:
                 break
             # Shed before any engine took it (every engine busy): the same request, later.
             await asyncio.sleep(wait)
+        text = raw[:500].decode(errors="replace")
         if status == 200:
-            return json.loads(text)
-        text = text[:500]
+            try:
+                return _DECODE(raw)
+            except msgspec.DecodeError as exc:  # a proxy's page, a cut answer: nothing to read
+                raise ServerUnavailable(f"{self.name} {path}: HTTP 200 but not JSON ({exc}): "
+                                        f"{text}") from None
         if status == 400 and ("context length" in text or "maximum context" in text
                               or "max_model_len" in text):
             raise PromptTooLong(text)

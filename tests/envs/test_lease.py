@@ -102,3 +102,20 @@ def test_close_gives_everything_back(tmp_path):
         stray.kill()
     with open(UID_LOCKS / str(uid)) as lock:  # the uid is free again
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_the_mounts_folder_goes_with_the_last_session_out(tmp_path):
+    """rf-mounts holds every open session's tmpfs; it is unmounted when the last one closes,
+    never while another session still has its files there."""
+    sessions = [Workspace(lambda d: (d / "x.py").write_text("x = 1"), root=tmp_path)
+                for _ in range(3)]
+    mounts = tmp_path / MOUNTS
+    try:
+        for i, ws in enumerate(sessions[:-1]):
+            ws.close()
+            assert _mounted(mounts) and not _mounted(_repo(ws.home))
+            for open_ws in sessions[i + 1:]:
+                assert (open_ws.path / "x.py").read_text() == "x = 1"
+    finally:
+        sessions[-1].close()
+    assert not _mounted(mounts) and not mounts.exists()

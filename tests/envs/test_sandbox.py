@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envs import EnvConfig, load
-from envs.sandbox import SandboxFailure, SandboxPolicy, stop
+from envs.sandbox import SandboxFailure, SandboxPolicy, stop, wait_exit
 from envs.workspace import Workspace
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -208,6 +208,23 @@ def test_sleep_forever_is_killed(ws):
     uid = ws.lease.uid if ws.lease.uid is not None else os.getuid()
     left = subprocess.run(["pgrep", "-u", str(uid), "-x", "sleep"], capture_output=True)
     assert left.stdout == b""
+
+
+def test_wait_exit_sees_an_exit_and_stops_at_the_timeout():
+    """An exit is seen whether or not the caller reaped it (or could: a grandchild)."""
+    quick = subprocess.Popen(["true"])
+    assert wait_exit(quick.pid, 10) and quick.poll() == 0  # a zombie until reaped
+    assert wait_exit(quick.pid, 10)  # reaped
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not wait_exit(slow.pid, 0.2) and slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()
+    parent = subprocess.Popen(["sh", "-c", "sleep 0.3 & echo $!; wait"], stdout=subprocess.PIPE)
+    grandchild = int(parent.stdout.readline())
+    assert wait_exit(grandchild, 10)
+    parent.wait()
 
 
 def test_huge_output_is_truncated(ws):

@@ -138,6 +138,7 @@ def test_dynamo_takes_the_grammar_as_ebnf_and_names_the_workers():
     ((503, "no engines"), ServerUnavailable),
     ((404, "model gone"), ServerUnavailable),
     ((400, "This model's maximum context length is 16384"), PromptTooLong),
+    ((200, "<html>bad gateway</html>"), ServerUnavailable),
 ])
 def test_server_answers_map_to_what_the_session_does_with_them(response, error):
     with pytest.raises(error, match=response[1]):
