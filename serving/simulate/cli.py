@@ -59,14 +59,23 @@ RATIOS = (1, 2, 3, 4, 5, 6)
 
 # ---------------------------------------------------------------------------------------------
 def cmd_run(sim: Sim) -> dict:
+    """One fleet; with `simulate.seeds` > 1 once per seed, each figure as mean [min - max]
+    (`result` is the first seed's run, `by_seed` every seed's)."""
     fleet = sim.fleet(sim.cfg.groups)
-    r = sim.run(fleet, sim.cfg.sessions)
+    runs = over_seeds(sim.seeded(), fleet, sim.cfg.sessions, sim.cfg.jobs)
+    r = runs[0]
+
+    def each(key: str, nd: int = 1) -> str:
+        return interval([x[key] for x in runs], nd)
+
+    ok = r["ok"] if len(runs) == 1 else f"{sum(x['ok'] for x in runs)} of {len(runs)} seeds"
     print_table(["fleet", "sessions", "policy", "tok/s/user", "p10", "TTFT p50 s", "TTFT p90 s",
                  "ITL p90 ms", "prefix reuse", "ok", "wall s"],
-                [[fleet_name(fleet), sim.cfg.sessions, r["policy"], r["tok_s_user"],
-                  r["tok_s_user_p10"], r["ttft_p50_s"], r["ttft_p90_s"], r["itl_p90_ms"],
-                  f"{r['prefix_reuse']:.0%}", r["ok"], r["wall_s"]]])
-    return {"fleet": fleet_name(fleet), "result": r}
+                [[fleet_name(fleet), sim.cfg.sessions, r["policy"], each("tok_s_user"),
+                  each("tok_s_user_p10"), each("ttft_p50_s", 2), each("ttft_p90_s", 2),
+                  each("itl_p90_ms", 2), f"{sum(x['prefix_reuse'] for x in runs) / len(runs):.0%}",
+                  ok, round(sum(x["wall_s"] for x in runs), 1)]])
+    return {"fleet": fleet_name(fleet), "result": r, "by_seed": runs}
 
 
 def cmd_seed(sim: Sim) -> dict:

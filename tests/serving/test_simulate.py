@@ -67,23 +67,33 @@ def test_the_same_seed_gives_the_same_trace_and_numbers(tmp_path: Path):
     """Ours is deterministic: the same seed writes the same trace, and the replay of it with
     round-robin routing gives the same figures. (With the KV router it does not: Dynamo 1.6.1's
     replay breaks ties between equal-cost workers at random; README, Known limits.)"""
-    def run(name: str, seed: int) -> tuple[dict, bytes]:
+    def run(name: str, seed: int, seeds: int = 1) -> tuple[dict, bytes]:
         out, work = tmp_path / f"{name}.json", tmp_path / name
         rc = main(["run", "serving=glm5_gpu", *TINY, "simulate.sessions=4",
                    "simulate.policy=round_robin", f"simulate.seed={seed}", f"simulate.out={out}",
-                   f"cache_dir={tmp_path / 'cache'}", f"work_dir={work}"])
+                   f"simulate.seeds={seeds}", f"cache_dir={tmp_path / 'cache'}",
+                   f"work_dir={work}"])
         assert rc == 0
         [trace] = work.glob("trace_*.jsonl")
-        result = json.loads(out.read_text())["result"]
-        return {k: v for k, v in result.items() if k != "wall_s"}, trace.read_bytes()
+        got = json.loads(out.read_text())
+        runs.append([_no_wall(r) for r in got["by_seed"]])
+        return _no_wall(got["result"]), trace.read_bytes()
 
+    runs: list[list[dict]] = []
     first, again, other = run("a", 0), run("b", 0), run("c", 1)
     assert first == again
+    # over two seeds: each seed's figures, as its own run gave them
+    run("d", 0, seeds=2)
+    assert runs[-1] == [first[0], other[0]]
     # the replay's own timestamps split each TTFT: the three parts add up to at least p50's
     parts = ("ttft_prefill_wait_p90_s", "ttft_prefill_p90_s", "ttft_handoff_p90_s")
     assert sum(first[0][k] for k in parts) >= first[0]["ttft_p50_s"] > 0
     assert first[0]["prefill_worker_share"] == [1.0]  # one prefill worker: every request
     assert other[1] != first[1] and other[0] != first[0]
+
+
+def _no_wall(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "wall_s"}
 
 
 def test_the_router_s_cache_credits_reach_the_replay(tmp_path: Path, capsys):
