@@ -69,6 +69,9 @@ class SandboxPolicy:
     # one sandbox for the session's life, each command a fork and exec in it
     # (envs/session_sandbox.py); false: a new sandbox per command
     persistent: bool = True
+    # a new sandbox per command: `python -S -m unittest` runs forked from a warm interpreter
+    # into it (envs/unittest_forks.py) instead of exec'd; false: exec'd like any command
+    warm_unittest: bool = True
 
     def __post_init__(self) -> None:
         if self.cgroup not in CGROUP_CHOICES:

@@ -24,6 +24,7 @@ from envs.sandbox import (
     wait_exit,
 )
 from envs.session_sandbox import SessionSandbox
+from envs.unittest_forks import FORKS
 from rollfleet.owner import tag
 
 
@@ -275,6 +276,9 @@ class Workspace:
     def _run_alone(self, argv: list[str], env: dict[str, str], timeout_s: float,
                    out) -> tuple[int | None, bool]:
         """A sandbox of its own for one command."""
+        if (self.policy.warm_unittest and self.policy.isolate and self.lease.uid is not None
+                and FORKS.serves(argv, env)):
+            return FORKS.run(self.lease, self.policy, argv, env, timeout_s, out.fileno())
         proc = subprocess.Popen(self.lease.command(argv, self.policy), cwd=self.path, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

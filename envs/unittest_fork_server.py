@@ -1,0 +1,162 @@
+"""A warm interpreter that has `unittest` imported and forks each `python -S -m unittest ...`
+run into a sandbox bwrap has already built (envs/unittest_forks.py).
+
+Importing unittest was most of a sandboxed test run's CPU (34 of a 43 ms run here). This server
+(root, the host's namespaces, started once per process as `python -S -c <this source> <fd>`)
+imports it once. For each request it forks a child that joins the command's cgroups, enters the
+namespaces of the sandbox's init (`setns`: cgroup, ipc, uts, net, pid, mount) and sets its
+rlimits, then forks the run: a new process in the sandbox's PID namespace, which drops to the
+session's uid (no groups, no capabilities, no new privileges), takes the command's output
+descriptor, folder and environment, and runs unittest as `-m` would (`runpy`). If any module the
+server holds is shadowed by a file of the run's folder or PYTHONPATH (a task may ship its own
+`fnmatch.py`), the warm modules would be the wrong ones: the run execs the real interpreter
+instead, in the same sandbox. The child reports the run's exit status on the request's own
+socket. Only built-in and stdlib modules; the checkout is not importable from here.
+"""
+
+import _socket
+import ctypes
+import marshal
+import os
+import resource
+import runpy
+import signal
+import sys
+import unittest  # noqa: F401 - the warm part: what every run would import
+import unittest.main  # noqa: F401
+
+FD_SIZE = 4
+NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")  # mnt last: /proc changes with it
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+_libc = ctypes.CDLL(None, use_errno=True)
+# top-level modules this interpreter holds that a file could have shadowed (built-ins cannot)
+WARM = frozenset(name.partition(".")[0] for name in sys.modules) - set(sys.builtin_module_names)
+STDLIB_PATH = list(sys.path[1:])  # sys.path[0] is the -c script's folder
+
+
+def _receive(sock):
+    data, ancillary, _, _ = sock.recvmsg(1 << 20, _socket.CMSG_SPACE(2 * FD_SIZE))
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(payload[i:i + FD_SIZE], sys.byteorder, signed=True)
+                    for i in range(0, len(payload) - FD_SIZE + 1, FD_SIZE)]
+    return data, fds
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _enter(request):
+    """Join the command's cgroups, then its sandbox's namespaces, under its rlimits."""
+    for group in request["groups"]:
+        with open(f"{group}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+    fds = [os.open(f"/proc/{request['init']}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+           for ns in NAMESPACES]
+    for ns, fd in zip(NAMESPACES, fds, strict=True):
+        _check(_libc.setns(fd, 0), f"entering the sandbox's {ns} namespace")
+        os.close(fd)
+    for name, value in request["rlimits"].items():
+        limit = getattr(resource, f"RLIMIT_{name.upper()}")
+        resource.setrlimit(limit, (value, value))
+
+
+def _become(request, out):
+    """The run's process: its session, output, folder, user and environment."""
+    os.setsid()
+    os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.closerange(3, 1 << 16)
+    os.chdir(request["cwd"])
+    uid = request["uid"]
+    if uid is not None:
+        os.setgroups([])
+        for cap in range(64):
+            if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                break  # past the kernel's last capability
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    env = request["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    path = [os.getcwd(), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    if _shadowed(path):
+        argv = request["argv"]
+        os.execve(argv[0], argv, env)
+    sys.path[:] = [*path, *STDLIB_PATH]
+    sys.argv[:] = ["-m", *request["argv"][4:]]  # as `python -S -m unittest ARGS` starts
+
+
+def _shadowed(path):
+    for folder in path:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(name.partition(".")[0] in WARM for name in names):
+            return True
+    return False
+
+
+def _serve(request, out, reply):
+    """In the forked child: set up, fork the run, report its exit status. Returns only in the
+    run's process (True)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        _enter(request)
+    except OSError as exc:
+        os.write(reply, f"setup {exc}".encode())
+        os._exit(1)
+    run = os.fork()
+    if run == 0:
+        os.close(reply)
+        try:
+            _become(request, out)
+        except OSError as exc:
+            os.write(2, f"rollfleet-sandbox: the warm run could not start: {exc}\n".encode())
+            os._exit(1)
+        return True
+    os.close(out)
+    status = os.waitstatus_to_exitcode(os.waitpid(run, 0)[1])
+    try:  # noqa: SIM105 - the host may have stopped waiting (a timeout)
+        os.write(reply, b"%d" % (128 - status if status < 0 else status))
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def main():
+    """Serve until the host closes its end; True only in a run's process."""
+    sock = _socket.socket(fileno=int(sys.argv[1]))
+    os.set_inheritable(sock.fileno(), False)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the runs' parents are reaped unasked
+    while True:
+        message, fds = _receive(sock)
+        if not message:
+            return False
+        out, reply = fds
+        sys.stdout.flush()
+        if os.fork() == 0:
+            sock.close()
+            return _serve(marshal.loads(message), out, reply)
+        os.close(out)
+        os.close(reply)
+
+
+def _run_unittest():
+    """`python -m unittest` from here on, in a `__main__` holding none of this server."""
+    run = runpy._run_module_as_main
+    main_globals = globals()
+    for name in [n for n in main_globals if n not in ("__name__", "__builtins__")]:
+        del main_globals[name]
+    run("unittest")
+
+
+if __name__ == "__main__" and main():
+    _run_unittest()
