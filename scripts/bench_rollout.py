@@ -57,7 +57,11 @@ from serving.metrics import Sample, parse, quantile, total
 from serving.process import free_port
 
 PARTS = ("ceiling", "vf", "grammar", "admission")
-SANDBOX_PATHS = {"per command": "false", "persistent": "true"}  # env.sandbox.persistent
+# env.sandbox settings of each sandbox path: a sandbox per command (test runs forked from the
+# warm interpreter, or exec'd as any command), or one per session
+SANDBOX_PATHS = {"per command": {"persistent": False},
+                 "per command exec": {"persistent": False, "warm_unittest": False},
+                 "persistent": {"persistent": True}}
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
 # What another person's heavy work on this machine looks like (the machine is shared).
 HEAVY = ("pytest", "vllm", "dynamo.", "ray::", "raylet", "rollout.run", "verifiers", "bench_")
@@ -405,7 +409,7 @@ def ceiling(args, work: Path, source: list[dict]) -> dict[str, Any]:
             f'serving.extra_args=["--max-num-seqs","{max(256, n)}"]',
             "rollout.admission=fixed", f"rollout.max_sessions={n}",
             f"rollout.samples_per_task={samples}", f"rollout.workers={workers}",
-            f"+env.sandbox.persistent={SANDBOX_PATHS[path]}",
+            *(f"+env.sandbox.{k}={str(v).lower()}" for k, v in SANDBOX_PATHS[path].items()),
         ], work / run_id, scrape={"frontend": f"http://127.0.0.1:{port}/metrics"},
             timeout_s=args.job_timeout_s)
         levels[name] = ceiling_figures(job, n) | {

@@ -193,6 +193,13 @@ MUTATIONS = [
      "return bool(poller.poll(None if timeout_s is None else math.ceil(timeout_s * 1000)))",
      "return bool(poller.poll(0))",
      ["tests/envs/test_sandbox.py::test_wait_exit_sees_an_exit_and_stops_at_the_timeout"]),
+    ("a forked test run keeps the fork server's root", "envs/unittest_fork_server.py",
+     "        os.setresuid(uid, uid, uid)", "        pass",
+     ["tests/envs/test_unittest_forks.py::test_a_forked_run_is_confined_like_any_command"]),
+    ("a forked test run imports the warm modules where the task ships its own",
+     "envs/unittest_fork_server.py", "    if _shadowed(path):", "    if False:",
+     ["tests/envs/test_unittest_forks.py::"
+      "test_a_module_of_the_task_named_like_a_warm_one_runs_the_execd_interpreter"]),
 ]
 
 
