@@ -7,11 +7,11 @@ imports it once. For each request it forks a child that joins the command's cgro
 namespaces of the sandbox's init (`setns`: cgroup, ipc, uts, net, pid, mount) and sets its
 rlimits, then forks the run: a new process in the sandbox's PID namespace, which drops to the
 session's uid (no groups, no capabilities, no new privileges), takes the command's output
-descriptor, folder and environment, and runs unittest as `-m` would (`runpy`). If any module the
-server holds is shadowed by a file of the run's folder or PYTHONPATH (a task may ship its own
-`fnmatch.py`), the warm modules would be the wrong ones: the run execs the real interpreter
-instead, in the same sandbox. The child reports the run's exit status on the request's own
-socket. Only built-in and stdlib modules; the checkout is not importable from here.
+descriptor, folder and environment, and runs unittest as `-m` would (`runpy`). The child reports
+the run's exit status on the request's own socket. The server's first message names the
+top-level modules it holds that a file could shadow: the host forks no run whose folder holds
+one (a task may ship its own `pprint.py`; the warm module would be the wrong one). Only
+built-in and stdlib modules; the checkout is not importable from here.
 """
 
 import _socket
@@ -86,22 +86,8 @@ def _become(request, out):
     os.environ.clear()
     os.environ.update(env)
     path = [os.getcwd(), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    if _shadowed(path):
-        argv = request["argv"]
-        os.execve(argv[0], argv, env)
     sys.path[:] = [*path, *STDLIB_PATH]
     sys.argv[:] = ["-m", *request["argv"][4:]]  # as `python -S -m unittest ARGS` starts
-
-
-def _shadowed(path):
-    for folder in path:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        if any(name.partition(".")[0] in WARM for name in names):
-            return True
-    return False
 
 
 def _serve(request, out, reply):
@@ -136,6 +122,7 @@ def main():
     sock = _socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(sock.fileno(), False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the runs' parents are reaped unasked
+    sock.send(marshal.dumps(sorted(WARM)))
     while True:
         message, fds = _receive(sock)
         if not message:

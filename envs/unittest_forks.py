@@ -7,8 +7,9 @@ command; once `cat` echoes a byte the sandbox is set up, and the fork server
 (envs/unittest_fork_server.py, one per process) forks the run into the namespaces of its init,
 its cgroups, rlimits and uid. Stopping the sandbox kills the run with it (its PID namespace's
 init goes). Runs the server cannot reproduce exactly (another interpreter, other flags, another
-locale or hash seed) are exec'd as before; so are runs in a folder that shadows a module the
-server holds, from inside the sandbox.
+locale or hash seed, another PYTHONPATH) are exec'd as before; so are runs in a folder that
+holds a module named like one the server holds. Nothing of the agent runs between its commands
+(each sandbox goes with its command), so the folder the host looks at is the one the run sees.
 """
 
 from __future__ import annotations
@@ -57,13 +58,29 @@ class UnittestForks:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
+        self._warm: frozenset[str] = frozenset()  # what the server holds, by top-level name
 
     @staticmethod
-    def serves(argv: list[str], env: dict[str, str]) -> bool:
-        """Whether a fork of the server runs `argv` as its exec would."""
+    def reproduces(argv: list[str], env: dict[str, str], cwd: Path) -> bool:
+        """Whether a fork of the server is the interpreter `argv` would start in `cwd`."""
         return (argv[:4] == [sys.executable, "-S", "-m", "unittest"]
                 and all(env.get(k) == v for k, v in SERVER_ENV.items() if _shapes_start(k))
-                and not any(_shapes_start(k) and k not in SERVER_ENV for k in env))
+                and not any(_shapes_start(k) and k not in SERVER_ENV for k in env)
+                and env.get("PYTHONPATH", str(cwd)) == str(cwd))
+
+    def serves(self, argv: list[str], env: dict[str, str], cwd: Path) -> bool:
+        """Whether a fork of the server runs `argv` in `cwd` as its exec would: the same
+        interpreter, and no file of `cwd` (first on sys.path) named like a module it holds."""
+        if not self.reproduces(argv, env, cwd):
+            return False
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._start()
+            except OSError:
+                return False  # exec'd, as before
+            warm = self._warm
+        return not any(name.partition(".")[0] in warm for name in os.listdir(cwd))
 
     def run(self, lease: SessionLease, policy: SandboxPolicy, argv: list[str],
             env: dict[str, str], timeout_s: float, out: int) -> tuple[int | None, bool]:
@@ -124,7 +141,10 @@ class UnittestForks:
         with self._lock:
             for attempt in range(2):
                 if self._sock is None:
-                    self._start()
+                    try:
+                        self._start()
+                    except OSError as exc:
+                        raise SandboxFailure(str(exc)) from None
                 try:
                     socket.send_fds(self._sock, [message], fds)
                     return
@@ -141,12 +161,20 @@ class UnittestForks:
                 env=SERVER_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 pass_fds=(inner.fileno(),), start_new_session=True)
         self._sock = host
+        try:
+            host.settimeout(READY_S)
+            self._warm = frozenset(marshal.loads(host.recv(1 << 20)))
+            host.settimeout(None)
+        except (OSError, EOFError, ValueError) as exc:
+            self._close()
+            raise OSError(f"the unittest fork server did not start: {exc}") from None
 
     def _close(self) -> None:
         sock, proc, self._sock, self._proc = self._sock, self._proc, None, None
         if sock is not None:
             sock.close()
-        if proc is not None:
+        if proc is not None:  # it exits once its socket closes; one that is stuck does not
+            proc.kill()
             proc.wait()
 
     def close(self) -> None:

@@ -277,7 +277,7 @@ class Workspace:
                    out) -> tuple[int | None, bool]:
         """A sandbox of its own for one command."""
         if (self.policy.warm_unittest and self.policy.isolate and self.lease.uid is not None
-                and FORKS.serves(argv, env)):
+                and FORKS.serves(argv, env, self.path)):
             return FORKS.run(self.lease, self.policy, argv, env, timeout_s, out.fileno())
         proc = subprocess.Popen(self.lease.command(argv, self.policy), cwd=self.path, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

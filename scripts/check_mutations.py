@@ -197,9 +197,13 @@ MUTATIONS = [
      "        os.setresuid(uid, uid, uid)", "        pass",
      ["tests/envs/test_unittest_forks.py::test_a_forked_run_is_confined_like_any_command"]),
     ("a forked test run imports the warm modules where the task ships its own",
-     "envs/unittest_fork_server.py", "    if _shadowed(path):", "    if False:",
+     "envs/unittest_forks.py",
+     "        return not any(name.partition(\".\")[0] in warm for name in os.listdir(cwd))",
+     "        return True",
      ["tests/envs/test_unittest_forks.py::"
-      "test_a_module_of_the_task_named_like_a_warm_one_runs_the_execd_interpreter"]),
+      "test_a_module_of_the_task_named_like_a_warm_one_runs_the_execd_interpreter",
+      "tests/envs/test_unittest_forks.py::"
+      "test_a_folder_holding_a_module_named_like_a_warm_one_is_not_forked"]),
 ]
 
 

@@ -92,13 +92,23 @@ def workspace(tests: dict[str, str], root: Path, warm: bool = True) -> Workspace
 
 
 def test_only_runs_a_fork_reproduces_exactly_are_forked():
-    assert UnittestForks.serves(UNITTEST, ENV)
-    assert not UnittestForks.serves(["/usr/bin/python3", *UNITTEST[1:]], ENV)  # another python
-    assert not UnittestForks.serves([sys.executable, "-S", "-c", "x"], ENV)  # not unittest
-    assert not UnittestForks.serves([sys.executable, "-m", "unittest"], ENV)  # with site
-    assert not UnittestForks.serves(UNITTEST, {**ENV, "LC_ALL": "C"})  # another locale
-    assert not UnittestForks.serves(UNITTEST, {**ENV, "PYTHONHASHSEED": "1"})
-    assert not UnittestForks.serves(UNITTEST, {**ENV, "PYTHONWARNINGS": "error"})
+    repo = Path("/repo")
+    assert UnittestForks.reproduces(UNITTEST, ENV, repo)
+    assert not UnittestForks.reproduces(["/usr/bin/python3", *UNITTEST[1:]], ENV, repo)
+    assert not UnittestForks.reproduces([sys.executable, "-S", "-c", "x"], ENV, repo)
+    assert not UnittestForks.reproduces([sys.executable, "-m", "unittest"], ENV, repo)  # site
+    assert not UnittestForks.reproduces(UNITTEST, {**ENV, "LC_ALL": "C"}, repo)  # a locale
+    assert not UnittestForks.reproduces(UNITTEST, {**ENV, "PYTHONHASHSEED": "1"}, repo)
+    assert not UnittestForks.reproduces(UNITTEST, {**ENV, "PYTHONWARNINGS": "error"}, repo)
+    assert not UnittestForks.reproduces(UNITTEST, {**ENV, "PYTHONPATH": "/elsewhere"}, repo)
+
+
+def test_a_folder_holding_a_module_named_like_a_warm_one_is_not_forked(tmp_path):
+    (tmp_path / "calc.py").write_text("")
+    env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    assert FORKS.serves(UNITTEST, env, tmp_path)
+    (tmp_path / "pprint.py").write_text("")  # unittest.case imports pprint
+    assert not FORKS.serves(UNITTEST, env, tmp_path)
 
 
 @AS_ROOT
