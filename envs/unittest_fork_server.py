@@ -8,40 +8,29 @@ namespaces of the sandbox's init (`setns`: cgroup, ipc, uts, net, pid, mount) an
 rlimits, then forks the run: a new process in the sandbox's PID namespace, which drops to the
 session's uid (no groups, no capabilities, no new privileges), takes the command's output
 descriptor, folder and environment, and runs unittest as `-m` would (`runpy`). The child reports
-the run's exit status on the request's own socket. The server's first message names the
-top-level modules it holds that a file could shadow: the host forks no run whose folder holds
-one (a task may ship its own `pprint.py`; the warm module would be the wrong one). Only
-built-in and stdlib modules; the checkout is not importable from here.
+its pid, then the run's exit status, on the request's own socket. The server's first message
+names the top-level modules it holds that a file could shadow: the host forks no run whose
+folder holds one (a task may ship its own `pprint.py`; the warm module would be the wrong one).
+Only built-in and stdlib modules; the checkout is not importable from here.
 """
 
-import _socket
 import ctypes
 import marshal
 import os
 import resource
 import runpy
 import signal
+import socket
 import sys
 import unittest  # noqa: F401 - the warm part: what every run would import
 import unittest.main  # noqa: F401
 
-FD_SIZE = 4
 NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")  # mnt last: /proc changes with it
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 # top-level modules this interpreter holds that a file could have shadowed (built-ins cannot)
 WARM = frozenset(name.partition(".")[0] for name in sys.modules) - set(sys.builtin_module_names)
 STDLIB_PATH = list(sys.path[1:])  # sys.path[0] is the -c script's folder
-
-
-def _receive(sock):
-    data, ancillary, _, _ = sock.recvmsg(1 << 20, _socket.CMSG_SPACE(2 * FD_SIZE))
-    fds = []
-    for level, kind, payload in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds += [int.from_bytes(payload[i:i + FD_SIZE], sys.byteorder, signed=True)
-                    for i in range(0, len(payload) - FD_SIZE + 1, FD_SIZE)]
-    return data, fds
 
 
 def _check(result, what):
@@ -92,8 +81,9 @@ def _become(request, out):
 
 def _serve(request, out, reply):
     """In the forked child: set up, fork the run, report its exit status. Returns only in the
-    run's process (True)."""
+    run's process (True). Its first message is its pid: the host waits for it to be gone."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.write(reply, b"%d" % os.getpid())
     try:
         _enter(request)
     except OSError as exc:
@@ -119,12 +109,12 @@ def _serve(request, out, reply):
 
 def main():
     """Serve until the host closes its end; True only in a run's process."""
-    sock = _socket.socket(fileno=int(sys.argv[1]))
+    sock = socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(sock.fileno(), False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the runs' parents are reaped unasked
     sock.send(marshal.dumps(sorted(WARM)))
     while True:
-        message, fds = _receive(sock)
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
         if not message:
             return False
         out, reply = fds

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 from envs.lease import SessionLease
-from envs.sandbox import SandboxFailure, SandboxPolicy, limits, stop
+from envs.sandbox import SandboxFailure, SandboxPolicy, limits, stop, wait_exit
 
 SERVER_SOURCE = Path(__file__).with_name("unittest_fork_server.py").read_text()
 # The server's own environment: a run is forked only where its environment agrees on every
@@ -33,17 +33,6 @@ SERVER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
               "PYTHONDONTWRITEBYTECODE": "1"}
 READY_S = 30.0  # bwrap sets a sandbox up in milliseconds; past this it is stuck
 EXIT_GRACE_S = 10.0  # the run's parent outside the sandbox exits once the run has
-
-
-def _until_closed(sock: socket.socket) -> None:
-    """Wait until the run's parent has closed its end (it has exited), then close ours."""
-    with sock:
-        sock.settimeout(EXIT_GRACE_S)
-        try:
-            while sock.recv(4096):
-                pass
-        except OSError:
-            pass
 
 
 def _shapes_start(name: str) -> bool:
@@ -90,7 +79,7 @@ class UnittestForks:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
                                   start_new_session=True)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        reply = b""
+        reply, parent = b"", None  # the run's parent: the server's child that forked it
         try:
             init = self._ready(holder)
             if init is None:
@@ -101,9 +90,14 @@ class UnittestForks:
                        "env": {**env, "HOME": workdir, "TMPDIR": workdir}, "argv": argv}
             self._send(marshal.dumps(request), [out, theirs.fileno()])
             theirs.close()  # the run's parent holds it now
+            mine.settimeout(READY_S)
+            try:
+                parent = int(mine.recv(64) or 0) or None
+            except TimeoutError:
+                raise SandboxFailure("the unittest fork server does not fork") from None
             mine.settimeout(timeout_s)
             try:
-                reply = mine.recv(4096)
+                reply = mine.recv(4096) if parent else b""
             except TimeoutError:
                 return None, True
         finally:
@@ -111,7 +105,9 @@ class UnittestForks:
             holder.stdout.close()
             stop(holder)  # and with its init, whatever of the run is left
             theirs.close()
-            _until_closed(mine)
+            mine.close()
+            if parent is not None:  # it reports, if it has not yet, and exits
+                wait_exit(parent, EXIT_GRACE_S)
         if not reply:
             raise SandboxFailure("the unittest fork server died under a run")
         if reply.startswith(b"setup "):
@@ -176,11 +172,6 @@ class UnittestForks:
         if proc is not None:  # it exits once its socket closes; one that is stuck does not
             proc.kill()
             proc.wait()
-
-    def close(self) -> None:
-        """Stop the server (it exits once its socket closes)."""
-        with self._lock:
-            self._close()
 
 
 FORKS = UnittestForks()  # one server per process

@@ -102,13 +102,12 @@ def idle_rate(seconds: float = 0.5) -> float:
 
 
 def tool_calls(rounds: int, block: int) -> dict[str, dict[str, dict[str, float]]]:
-    paths = PATHS
     spaces = {name: Workspace(lambda dest: shutil.copytree(REPO / "repo", dest,
                                                            dirs_exist_ok=True),
-                              policy=policy) for name, policy in paths.items()}
+                              policy=policy) for name, policy in PATHS.items()}
     try:
-        walls = {(c, p): [] for c in CALLS for p in paths}
-        cpu = {(c, p): [] for c in CALLS for p in paths}
+        walls = {(c, p): [] for c in CALLS for p in PATHS}
+        cpu = {(c, p): [] for c in CALLS for p in PATHS}
         for ws in spaces.values():
             ws.run(["true"], 10, 100)  # the first command's cgroup move, the server's start
         for _ in range(rounds):
@@ -128,7 +127,7 @@ def tool_calls(rounds: int, block: int) -> dict[str, dict[str, dict[str, float]]
                           "wall_p90_ms": ms(sorted(walls[call, name])[
                               int(0.9 * len(walls[call, name]))]),
                           "cpu_ms_per_call": ms(statistics.median(cpu[call, name]))}
-                   for name in paths} for call in CALLS}
+                   for name in PATHS} for call in CALLS}
 
 
 def shell_chain(session: lease.SessionLease, argv: list[str], policy: SandboxPolicy,

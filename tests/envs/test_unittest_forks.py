@@ -2,6 +2,7 @@
 exec'd run, the same confinement as any sandboxed command, the exec path where a task shadows a
 module the server holds, and nothing left behind."""
 
+import errno
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 from envs.sandbox import SandboxPolicy
 from envs.unittest_forks import FORKS, UnittestForks
 from envs.workspace import Workspace
+from tests.envs.test_sandbox import FORK_UNTIL_REFUSED
 
 POLICY = SandboxPolicy(persistent=False, nprocs=32, file_size_mb=8, memory_mb=1024, cpu_s=10,
                        disk_mb=24, open_files=64)
@@ -67,18 +69,8 @@ class Facts(unittest.TestCase):
             facts["memory"] = "allocated"
         except MemoryError:
             facts["memory"] = "MemoryError"
-        n = 0
-        try:
-            while n < 200:
-                if os.fork() == 0:
-                    import time
-                    time.sleep(30)
-                    os._exit(0)
-                n += 1
-        except OSError:
-            pass
-        facts["forked"] = n
-        print("FACTS", json.dumps(facts))
+        print("FACTS", json.dumps(facts), flush=True)
+        import forker  # noqa: F401 - forks until refused, and says after how many
 '''
 
 
@@ -135,7 +127,7 @@ def test_a_forked_run_reports_what_an_execd_one_does(tmp_path):
 def test_a_forked_run_is_confined_like_any_command(tmp_path):
     listener = socket.create_server(("127.0.0.1", 0))
     other = workspace({}, tmp_path)
-    ws = workspace({"tests/test_facts.py": FACTS}, tmp_path)
+    ws = workspace({"tests/test_facts.py": FACTS, "forker.py": FORK_UNTIL_REFUSED}, tmp_path)
     try:
         env = {"HOST_PORT": str(listener.getsockname()[1]), "OTHER": str(other.path)}
         res = ws.run(UNITTEST, 60, 100_000, env=env)
@@ -151,7 +143,9 @@ def test_a_forked_run_is_confined_like_any_command(tmp_path):
         assert facts["fds"] == ["0", "1", "2", "3"]  # nothing of the server's (3: the listing)
         assert facts["cwd"] == facts["home"] == facts["tmp"] == str(ws.path)
         assert facts["memory"] == "MemoryError"
-        assert 0 < facts["forked"] < POLICY.nprocs
+        forked = re.search(r"refused after (\d+) (\d+)", res.output)
+        assert forked and 0 < int(forked[1]) < POLICY.nprocs
+        assert int(forked[2]) == errno.EAGAIN
         assert any(line.split()[2:4] == ["32", "32"] for line in facts["limits"])
         assert any(line.split()[3:5] == ["64", "64"] for line in facts["limits"])
     finally:
