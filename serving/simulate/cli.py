@@ -15,7 +15,7 @@ limit). Commands:
   layouts    a TP8 worker's KV transfer per turn, per-layer vs block-major (descriptor model)
   calibrate  fit the knobs the seed does not publish to its 1P:4D, 66-session, 101 tok/s point,
              then predict its other figures at them (`simulate.seeds`: repeats for intervals)
-  plan       the fewest GPUs (any P:D counts, TP per role) that serve `simulate.sessions`
+  plan       the fewest GPUs (any P:D counts, TP/EP per role) that serve `simulate.sessions`
              at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s` (under every
              one of `simulate.seeds`)
   static     the static question (`simulate.isl`, `prefix`, `osl`) asked of aiconfigurator's own
@@ -48,7 +48,7 @@ from serving.simulate import (
     static,
     workload,
 )
-from serving.simulate.config import SimulateConfig
+from serving.simulate.config import SimulateConfig, topology
 from serving.simulate.published import PUBLISHED
 from serving.simulate.sim import Sim, fleet_name, over_seeds, side_by_side
 from serving.simulate.table import print_table
@@ -164,7 +164,7 @@ def _sweep_point(point: tuple[int, str, int], sim: Sim) -> dict:
     fleet = sim.fleet(sim.cfg.groups, decode=k)
     r = sim.run(fleet, n, policy)
     return {"ratio": f"1:{k}", "policy": policy, "sessions": n,
-            "gpus": fleet.workers * sim.topo["tp"], **r}
+            "gpus": fleet.workers * sim.worker_gpus, **r}
 
 
 def plot_sweep(results: list[dict], path: Path, sim: Sim) -> None:
@@ -202,7 +202,7 @@ def cmd_recommend(sim: Sim) -> dict:
     for k in RATIOS:
         fleet = sim.fleet(1, decode=k)
         per_group, r = sim.max_sessions(fleet)
-        gpus = fleet.workers * sim.topo["tp"]
+        gpus = fleet.workers * sim.worker_gpus
         options.append({"ratio": f"1:{k}", "sessions_per_group": per_group,
                         "gpus_per_group": gpus,
                         "sessions_per_gpu": per_group / gpus if gpus else 0.0, "run": r})
@@ -218,7 +218,7 @@ def cmd_recommend(sim: Sim) -> dict:
     rec = {"ratio": best["ratio"], "groups": groups,
            "gpus": groups * best["gpus_per_group"],
            "sessions_per_group": best["sessions_per_group"]}
-    print(f"recommendation: {groups} groups of {best['ratio']} (TP{sim.topo['tp']}, "
+    print(f"recommendation: {groups} groups of {best['ratio']} ({sim.layout}, "
           f"{rec['gpus']} GPUs) for {cfg.sessions} concurrent sessions at >= "
           f"{cfg.target_tok_s:.0f} tok/s per user, TTFT p90 <= {cfg.ttft_slo_s:.0f} s "
           f"({best['sessions_per_group']} sessions per group)")
@@ -251,8 +251,8 @@ def cmd_plan(sim: Sim) -> dict:
                        "seeds_ok": sum(r["ok"] for r in per_seed), "by_seed": per_seed}
         return runs[shape]["ok"]
 
-    best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode,
-                                    cfg.plan_tps)
+    layouts = [planner.parse_layout(x) for x in cfg.plan_layouts]
+    best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode, layouts)
     rows = []
     for s in judged:
         r = runs[s]
@@ -269,10 +269,10 @@ def cmd_plan(sim: Sim) -> dict:
               "[min - max]; a fleet meets the target when it does under every seed")
     table = print_table(["fleet", "GPUs", "tok/s/user", "TTFT p90 s", "tok/s per GPU", "ok"],
                         rows)
-    grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, cfg.plan_tps))
+    grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, layouts))
     if best is None:
-        print(f"no fleet up to {cfg.plan_max_prefill}P:{cfg.plan_max_decode}D at TP "
-              f"{list(cfg.plan_tps)} serves {cfg.sessions} sessions at >= "
+        print(f"no fleet up to {cfg.plan_max_prefill}P:{cfg.plan_max_decode}D of "
+              f"{', '.join(cfg.plan_layouts)} serves {cfg.sessions} sessions at >= "
               f"{cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s")
     else:
         print(f"smallest fleet: {best.name}, {best.gpus} GPUs, for {cfg.sessions} sessions at "
@@ -475,6 +475,7 @@ def _main(argv: list[str]) -> int:
     overrides = argv[1:] if argv and argv[0] in COMMANDS else argv
     try:
         serving, cfg, work_dir, configured_cache = load(overrides)
+        topology(serving)  # a layout it cannot simulate: one line, before any work
         if command == "static":
             cfg = replace(cfg, workload="static")
             if (cfg.prefill_efficiency, cfg.decode_efficiency) != (1.0, 1.0):
@@ -497,6 +498,11 @@ def _main(argv: list[str]) -> int:
         if cfg.policy == "kv_affine" and cfg.mode != "offline":
             raise ConfigError("simulate.policy=kv_affine is the offline replay's: live engines "
                               "have Dynamo's own, simulate.policy=kv_soft")
+        for layout in cfg.plan_layouts:
+            try:
+                planner.parse_layout(layout)
+            except ValueError as exc:
+                raise ConfigError(f"simulate.plan_layouts: {exc}") from None
         if cfg.workload == "static" and cfg.mode == "live":
             raise ConfigError("simulate.workload=static runs offline only (the live mocker "
                               "has no shared prefix): set simulate.mode=offline")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from rollfleet.cli import ConfigError
 from serving.config import ServingConfig, one_of
 from serving.simulate.descriptors import TRANSPORTS
 from serving.simulate.offline import POLICIES
@@ -75,11 +76,19 @@ class SimulateConfig:
     pareto_plot: str | None = None  # calibrate: the ratio search's points, tok/s per GPU vs user
     plan_max_prefill: int = 2  # plan: prefill workers tried, 1 ... this
     plan_max_decode: int = 8  # plan: decode workers tried, 1 ... this
-    plan_tps: list[int] = field(default_factory=lambda: [4, 8])  # plan: TP sizes per role
+    # plan: worker layouts each role may take: TP<n> (experts over the same n GPUs) or
+    # TP<n>EP<m> (m > n: attention DP m/n, as TP1EP8 = "DEP8"; m < n: MoE TP n/m)
+    plan_layouts: list[str] = field(default_factory=lambda: ["TP4", "TP8"])
+
+
+EXPERT_PARALLEL = "--enable-expert-parallel"  # vLLM: experts over TP x DP GPUs, not sliced
 
 
 def topology(serving: ServingConfig) -> dict:
-    """What a simulation takes from a serving config: workers per group, TP, KV format, MTP."""
+    """What a simulation takes from a serving config: workers per group, TP, EP, KV format, MTP.
+    EP is vLLM's: TP x DP with `--enable-expert-parallel` in both roles' args; without it each
+    expert is sliced over the TP GPUs (EP 1), and attention DP needs it here (aiconfigurator
+    has no MoE data sliced over more GPUs than one TP group's)."""
     nextn, batched = 0, 16384
     for args in (serving.decode_args, serving.prefill_args):
         for i, arg in enumerate(args):
@@ -89,9 +98,19 @@ def topology(serving: ServingConfig) -> dict:
                     serving.prefill_args:
                 batched = int(args[i + 1])
     disagg = serving.mode == "disagg"
+    ep_roles = {EXPERT_PARALLEL in args for args in (serving.decode_args, serving.prefill_args)}
+    if len(ep_roles) > 1:
+        raise ConfigError(f"serving: {EXPERT_PARALLEL} in one role's args only; the simulation "
+                          "takes one layout for the serving config's workers (the planner's "
+                          "simulate.plan_layouts set one per role)")
+    tp, dp = serving.tensor_parallel, serving.data_parallel
+    if dp > 1 and EXPERT_PARALLEL not in serving.decode_args:
+        raise ConfigError(f"serving.data_parallel={dp} without {EXPERT_PARALLEL}: the "
+                          "simulation models attention DP with the experts spread over its GPUs")
     return {"prefill": serving.prefill_engines if disagg else 0,
             "decode": serving.decode_engines if disagg else 0,
             "agg": 0 if disagg else serving.engines,
-            "tp": serving.tensor_parallel, "kv_cache_dtype": serving.kv_cache_dtype,
+            "tp": tp, "ep": tp * dp if EXPERT_PARALLEL in serving.decode_args else 1,
+            "kv_cache_dtype": serving.kv_cache_dtype,
             "nextn": nextn, "prefill_batched_tokens": batched,
             "router_mode": serving.router_mode, "session_affinity": serving.session_affinity}

@@ -35,7 +35,8 @@ def mocker_args(fleet: offline.Fleet) -> list[str]:
             "--num-gpu-blocks-override", str(fleet.kv_blocks),
             "--max-num-batched-tokens", str(fleet.prefill_batched_tokens),
             "--max-num-seqs", str(fleet.max_num_seqs),
-            "--decode-speedup-ratio", str(fleet.decode_speedup)]
+            "--decode-speedup-ratio", str(fleet.decode_speedup),
+            "--data-parallel-size", str(fleet.dp)]
 
 
 def run_live(sim, fleet: offline.Fleet, lanes: int, policy: str) -> dict[str, Any]:

@@ -40,12 +40,14 @@ class Fleet:
     prefill_workers: int = 1
     decode_workers: int = 4
     agg_workers: int = 0
-    kv_blocks: int = 16384  # per worker (all its GPUs)
+    kv_blocks: int = 16384  # per worker (all its GPUs), or per attention-DP rank
+    dp: int = 1  # attention-DP ranks per worker: each its own engine, batch and KV cache
     kv_bytes_per_token: int = 38236  # per rank, for transfer timing
     transfer_gbps: float = 450.0  # per rank
     profile: str = ""  # the perf table (.npz)
-    prefill_profile: str = ""  # the prefill workers' table when their TP differs ("": profile)
-    prefill_kv_blocks: int = 0  # the prefill workers' KV blocks when their TP differs (0: same)
+    prefill_profile: str = ""  # the prefill workers' table when their layout differs ("": profile)
+    prefill_kv_blocks: int = 0  # the prefill workers' KV blocks when their layout differs (0: same)
+    prefill_dp: int = 0  # the prefill workers' attention-DP ranks (0: same as `dp`)
     decode_speedup: float = 1.0  # tokens per decode step (MTP)
     prefill_batched_tokens: int = 16384
     decode_batched_tokens: int = 8192
@@ -78,7 +80,8 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
         engine["timing_model"] = {"type": "external", "provider": "dynamo_profile",
                                   "config": {"path": str(profile)}}
     engine.update(fleet.extra)
-    return {"engine": engine}
+    return {"engine": engine, "dp_size": fleet.prefill_dp if prefill and fleet.prefill_dp
+            else fleet.dp}
 
 
 def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",

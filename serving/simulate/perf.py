@@ -20,6 +20,10 @@ What the table cannot say, and how it is handled:
 - MTP (one draft token): each decode step verifies 2 tokens per request (Dynamo's own AIS
   adapter queries the same way) and yields 1 + acceptance tokens; the step time goes in the
   table and `1 + acceptance` becomes the mocker's `decode_speedup_ratio`.
+- Attention DP (EP wider than TP: "DEP8" is TP1 EP8): aiconfigurator times a step by one DP
+  rank's batch (its MoE sees every rank's tokens), and the mocker runs each rank as an engine of
+  its own (`dp_size`), with its own batch and KV cache. So ranks are timed as if equally loaded;
+  a real step waits for the busiest rank at every MoE layer, which the table does not charge.
 - No aiconfigurator kernel data reads an NVFP4 KV cache: decode time is that of the FP8 cache,
   and the NVFP4 cache changes capacity (bytes per token) and transfer volume only.
 """
@@ -64,8 +68,8 @@ class PerfSpec:
     backend: str = "vllm"  # whose measured kernels: vllm, sglang or trtllm
     backend_version: str = "current"
     model: str | None = None  # None: CHECKPOINTS[system]
-    tp: int = 8
-    moe_ep: int = 8
+    tp: int = 8  # attention TP per rank group
+    moe_ep: int = 8  # experts spread over this many GPUs: > tp adds attention DP, < tp MoE TP
     nextn: int = 1  # MTP draft tokens (0: off)
     mtp_acceptance: float = 0.85  # P(draft accepted); Dynamo's default rate for the first draft
     mean_prefix: int = 0  # tokens of cached prefix the prefill column is evaluated at
@@ -84,6 +88,23 @@ class PerfSpec:
             raise ValueError(f"no GLM-5.3 checkpoint known for system {self.system!r}; "
                              f"known: {sorted(CHECKPOINTS)} (or set the model)")
         return CHECKPOINTS[self.system]
+
+    @property
+    def attention_dp(self) -> int:
+        """Attention data-parallel ranks, each with its own batch and KV cache."""
+        return max(1, self.moe_ep // self.tp)
+
+    @property
+    def moe_tp(self) -> int:
+        return max(1, self.tp // self.moe_ep)
+
+    def parallel(self) -> dict[str, int]:
+        """aiconfigurator's parallel sizes (tp x attention DP == MoE TP x EP: the worker's GPUs)."""
+        if max(self.tp, self.moe_ep) % min(self.tp, self.moe_ep):
+            raise ValueError(f"TP{self.tp} EP{self.moe_ep}: one must divide the other "
+                             "(a worker's GPUs are TP x attention DP = MoE TP x EP)")
+        return {"tp_size": self.tp, "attention_dp_size": self.attention_dp,
+                "moe_tp_size": self.moe_tp, "moe_ep_size": self.moe_ep}
 
     @property
     def decode_speedup(self) -> float:
@@ -117,8 +138,7 @@ def _aic():
 def compile_engine(spec: PerfSpec, nextn: int | None = None):
     EngineHandle = _aic()
     return EngineHandle.compile(spec.checkpoint, spec.system, spec.backend,
-                                backend_version=spec.backend_version, tp_size=spec.tp,
-                                moe_tp_size=1, moe_ep_size=spec.moe_ep,
+                                backend_version=spec.backend_version, **spec.parallel(),
                                 nextn=spec.nextn if nextn is None else nextn)
 
 
@@ -127,7 +147,8 @@ def version_label(spec: PerfSpec) -> str:
               f", efficiency prefill x{spec.prefill_efficiency:.2f} decode "
               f"x{spec.decode_efficiency:.2f}")
     return (f"aiconfigurator-core {aic_version()}: {spec.checkpoint} on {spec.system}, "
-            f"{spec.backend} {spec.backend_version} data, TP{spec.tp} EP{spec.moe_ep}, "
+            f"{spec.backend} {spec.backend_version} data, TP{spec.tp} EP{spec.moe_ep}"
+            f"{f' (attention DP{spec.attention_dp})' if spec.attention_dp > 1 else ''}, "
             f"MTP {spec.nextn} (acceptance {spec.mtp_acceptance}){scaled}")
 
 
@@ -163,7 +184,8 @@ def _measure(spec: PerfSpec, resolution: int) -> dict[str, np.ndarray]:
         np.linspace(16, 2 * spec.max_batched_tokens, resolution // 2)]).astype(int))
     prefill = np.array([engine.predict_prefill_latency(1, int(n) + spec.mean_prefix,
                                                        spec.mean_prefix) for n in isl])
-    # Decode: one step's time for a batch whose KV sums to `kv` tokens of mean length `ctx`.
+    # Decode: one step's time for a batch (of one attention-DP rank) whose KV sums to `kv`
+    # tokens of mean length `ctx`.
     kv = np.linspace(0, 4_000_000, resolution)
     ctx = np.linspace(256, spec.max_context, resolution)
     itl = np.zeros((len(kv), len(ctx)))
@@ -178,7 +200,8 @@ def _measure(spec: PerfSpec, resolution: int) -> dict[str, np.ndarray]:
 
 def kv_budget_bytes(spec: PerfSpec, gpu_memory_utilization: float = 0.9) -> float:
     """Bytes per GPU left for the KV cache after weights, activations and runtime overheads,
-    by aiconfigurator's memory model (its FP8-KV estimate; MLA keeps a full copy per rank)."""
+    by aiconfigurator's memory model (its FP8-KV estimate; MLA keeps a full copy per TP rank, so
+    this is also what one attention-DP rank holds)."""
     _aic()
     from aiconfigurator_core.sdk import memory
 
@@ -186,7 +209,7 @@ def kv_budget_bytes(spec: PerfSpec, gpu_memory_utilization: float = 0.9) -> floa
         spec.checkpoint, spec.system, spec.backend, spec.backend_version,
         max_num_tokens=spec.max_batched_tokens, max_batch_size=256,
         memory_fraction_kind="of_total", memory_fraction_value=gpu_memory_utilization,
-        tp_size=spec.tp, moe_tp_size=1, moe_ep_size=spec.moe_ep, kvcache_quant_mode="fp8",
+        **spec.parallel(), kvcache_quant_mode="fp8",
         nextn=spec.nextn)
     return float(est["total_kv_size_bytes"])
 

@@ -31,14 +31,23 @@ class Sim:
         probe = self.sessions(64)
         self.spec = perf.PerfSpec(
             system=cfg.system, backend=cfg.perf_backend, tp=self.topo["tp"],
-            moe_ep=self.topo["tp"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
+            moe_ep=self.topo["ep"], nextn=self.topo["nextn"], mtp_acceptance=cfg.mtp_acceptance,
             mean_prefix=workload.mean_prefix(probe, self.shared),
             max_batched_tokens=self.topo["prefill_batched_tokens"],
             prefill_efficiency=cfg.prefill_efficiency, decode_efficiency=cfg.decode_efficiency)
         self.profile = perf.build_profile(self.spec, cache_dir / "sim")
         self.budget = perf.kv_budget_bytes(self.spec, cfg.gpu_memory_utilization)
-        self._by_tp = {self.spec.tp: (self.profile, self.budget)}
+        self._by_layout = {(self.spec.tp, self.spec.moe_ep): (self.profile, self.budget)}
         self.runs = 0
+
+    @property
+    def worker_gpus(self) -> int:
+        """GPUs of one of the serving config's workers."""
+        return planner.worker_gpus(self.spec.tp, self.spec.moe_ep)
+
+    @property
+    def layout(self) -> str:
+        return planner.layout_name(self.spec.tp, self.spec.moe_ep)
 
     def seeded(self) -> list[Sim]:
         """This simulation and one per further seed (`simulate.seeds`): the same fleets and
@@ -47,29 +56,33 @@ class Sim:
         return [self] + [Sim(self.serving, replace(c, seed=s), self.work_dir, self.cache_dir)
                          for s in range(c.seed + 1, c.seed + max(1, c.seeds))]
 
-    def at_tp(self, tp: int) -> tuple[Path, float]:
-        """The perf table and KV bytes per GPU of a worker of `tp` GPUs (EP = TP, as the seed's);
-        a budget <= 0: the weights do not fit."""
-        if tp not in self._by_tp:
-            spec = replace(self.spec, tp=tp, moe_ep=tp)
+    def at_layout(self, tp: int, ep: int) -> tuple[Path, float]:
+        """The perf table and KV bytes per GPU of a worker of layout TP `tp` EP `ep`; a budget
+        <= 0: the weights do not fit. aiconfigurator has MoE data at EP = TP, EP > TP (attention
+        DP) and EP 1; other layouts raise its PerfDataNotAvailableError."""
+        if (tp, ep) not in self._by_layout:
+            spec = replace(self.spec, tp=tp, moe_ep=ep)
             try:
                 budget = perf.kv_budget_bytes(spec, self.cfg.gpu_memory_utilization)
             except ValueError:  # aiconfigurator: "no KV budget: non-KV memory ... exceeds"
                 budget = 0.0
             profile = perf.build_profile(spec, self.cache_dir / "sim") if budget > 0 else Path()
-            self._by_tp[tp] = (profile, budget)
-        return self._by_tp[tp]
+            self._by_layout[tp, ep] = (profile, budget)
+        return self._by_layout[tp, ep]
 
     def shape_fleet(self, shape: planner.Shape) -> offline.Fleet | None:
-        """A fleet of `shape`'s worker counts and TP sizes (None: a role's weights do not fit)."""
-        (p_table, p_budget), (d_table, d_budget) = self.at_tp(shape.tp_prefill), \
-            self.at_tp(shape.tp_decode)
+        """A fleet of `shape`'s worker counts and layouts (None: a role's weights do not fit)."""
+        (p_table, p_budget), (d_table, d_budget) = (
+            self.at_layout(shape.tp_prefill, shape.ep_prefill),
+            self.at_layout(shape.tp_decode, shape.ep_decode))
         if p_budget <= 0 or d_budget <= 0:
             return None
         per_token = perf.kv_bytes_per_token(self.topo["kv_cache_dtype"])
+        dp = replace(self.spec, tp=shape.tp_decode, moe_ep=shape.ep_decode).attention_dp
+        prefill_dp = replace(self.spec, tp=shape.tp_prefill, moe_ep=shape.ep_prefill).attention_dp
         return replace(self.fleet(prefill=shape.prefill, decode=shape.decode),
                        profile=str(d_table), kv_blocks=int(d_budget // per_token) // offline.BLOCK,
-                       prefill_profile=str(p_table),
+                       dp=dp, prefill_profile=str(p_table), prefill_dp=prefill_dp,
                        prefill_kv_blocks=int(p_budget // per_token) // offline.BLOCK)
 
     def sessions(self, count: int) -> list[list[workload.Turn]]:
@@ -105,6 +118,7 @@ class Sim:
         return offline.Fleet(
             prefill_workers=groups * prefill, decode_workers=groups * dec,
             agg_workers=agg_workers, kv_blocks=self.capacity(dtype) // offline.BLOCK,
+            dp=self.spec.attention_dp,
             kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=c.transfer_gbps,
             profile=str(self.profile), decode_speedup=self.spec.decode_speedup,
             prefill_batched_tokens=t["prefill_batched_tokens"], extra=extra)

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.simulate import planner
 from serving.simulate.sim import Sim, fleet_name
 
 TIMEOUT_S = 1800
@@ -47,12 +46,13 @@ def question(sim: Sim) -> list[str]:
 
 
 def estimate_argv(sim: Sim, decode_batch: int) -> list[str]:
-    """`aiconfigurator cli estimate` for the serving config's fleet (EP = TP, as perf.py's)."""
-    t = sim.topo
+    """`aiconfigurator cli estimate` for the serving config's fleet (its layout, as perf.py's)."""
+    t, spec = sim.topo, sim.spec
     roles = []
     for role, workers, batch in (("p", t["prefill"], 1), ("d", t["decode"], decode_batch)):
-        roles += [f"--{role}-tp", str(t["tp"]), f"--{role}-ep", str(t["tp"]), f"--{role}-etp",
-                  "1", f"--{role}-bs", str(batch), f"--{role}-workers", str(workers)]
+        roles += [f"--{role}-tp", str(spec.tp), f"--{role}-dp", str(spec.attention_dp),
+                  f"--{role}-ep", str(spec.moe_ep), f"--{role}-etp", str(spec.moe_tp),
+                  f"--{role}-bs", str(batch), f"--{role}-workers", str(workers)]
     return [*_cli(), "estimate", "--estimate-mode", "disagg", *question(sim), *roles]
 
 
@@ -100,7 +100,7 @@ def compare(sim: Sim, save_dir: Path) -> dict[str, Any]:
     """Both comparisons (module docstring); every figure per request shape and fleet."""
     t, cfg = sim.topo, sim.cfg
     fleet = sim.fleet(1)
-    gpus = planner.Shape(t["prefill"], t["decode"], t["tp"], t["tp"]).gpus
+    gpus = (t["prefill"] + t["decode"]) * sim.worker_gpus
     points = []
     for batch in cfg.static_batches:
         theirs = parse_estimate(_run(estimate_argv(sim, batch)))
@@ -111,5 +111,5 @@ def compare(sim: Sim, save_dir: Path) -> dict[str, Any]:
                                   * 1000, "ttft_p90_ms": r["ttft_p90_s"] * 1000,
                                   "tok_s_gpu": r["output_tok_s"] / gpus, "ok": r["ok"]}})
     _run(search_argv(sim, save_dir))
-    return {"fleet": f"{fleet_name(fleet)} TP{t['tp']}", "gpus": gpus,
+    return {"fleet": f"{fleet_name(fleet)} {sim.layout}", "gpus": gpus,
             "points": points, "search": parse_search(save_dir)}

@@ -31,7 +31,7 @@ def test_the_seed_topology_comes_from_the_serving_config():
     from serving.simulate.config import topology
 
     topo = topology(serving)
-    assert (topo["prefill"], topo["decode"], topo["tp"]) == (1, 4, 8)
+    assert (topo["prefill"], topo["decode"], topo["tp"], topo["ep"]) == (1, 4, 8, 8)
     assert topo["kv_cache_dtype"] == "nvfp4" and topo["nextn"] == 1
     assert topo["prefill_batched_tokens"] == 16384
     assert cfg.system == "h200_sxm" and cfg.transfer_gbps == 40.0
@@ -330,22 +330,58 @@ def _brute_force(meets, fleets: list[planner.Shape]) -> int | None:
 
 
 def test_the_planner_finds_the_brute_force_minimum_of_monotone_fleets():
-    """Over 300 random targets on fleets whose capacity grows with both roles, the staircase
-    finds the fewest GPUs the full grid finds, judging fewer fleets."""
+    """Over 300 random targets on fleets whose capacity grows with both roles, with TP4, TP8,
+    TP1EP8 (8 GPUs of attention DP) and TP4EP8 (8 GPUs) workers per role, the staircase finds
+    the fewest GPUs the full grid finds, judging fewer fleets."""
     rng = random.Random(0)
-    fleets = planner.grid(3, 8, [4, 8])
+    layouts = [(4, 4), (8, 8), (1, 8), (4, 8)]
+    fleets = planner.grid(3, 8, layouts)
+    assert {planner.worker_gpus(*x) for x in layouts} == {4, 8}
+    assert planner.Shape(1, 2, 4, 1, 4, 8).gpus == 4 + 2 * 8
     for _ in range(300):
-        prefill_rate = {4: rng.uniform(1, 3), 8: rng.uniform(2, 6)}  # sessions per worker
-        decode_rate = {4: rng.uniform(1, 4), 8: rng.uniform(2, 8)}
-        need = rng.uniform(2, 40)
+        prefill_rate = {x: rng.uniform(1, 3) * planner.worker_gpus(*x) for x in layouts}
+        decode_rate = {x: rng.uniform(1, 4) * planner.worker_gpus(*x) for x in layouts}
+        need = rng.uniform(2, 80)
 
         def meets(s: planner.Shape, pr=prefill_rate, dr=decode_rate, need=need) -> bool:
-            return min(s.prefill * pr[s.tp_prefill], s.decode * dr[s.tp_decode]) >= need
+            return min(s.prefill * pr[s.tp_prefill, s.ep_prefill],
+                       s.decode * dr[s.tp_decode, s.ep_decode]) >= need
 
-        best, judged = planner.smallest(meets, 3, 8, [4, 8])
+        best, judged = planner.smallest(meets, 3, 8, layouts)
         assert (best.gpus if best else None) == _brute_force(meets, fleets)
         assert best is None or meets(best)
         assert len(judged) < len(fleets)
+
+
+def test_an_attention_dp_worker_is_as_many_engines_each_holding_one_rank_s_kv(tmp_path):
+    """TP1EP8 ("DEP8") decoders: a worker of 8 GPUs is 8 attention-DP ranks. Its table is
+    aiconfigurator's at attention DP 8, each rank holds the KV aiconfigurator's memory model
+    leaves one GPU at that layout, and the replay spreads the worker's sessions over its 8 ranks
+    (engines of their own), where a TP8 worker is one engine."""
+    from aiconfigurator_core.sdk import memory
+
+    from serving.simulate.sim import Sim
+
+    serving, cfg, _, _ = load(["serving=glm5_gpu", *TINY])
+    sim = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache")
+    dep = sim.shape_fleet(planner.Shape(1, 1, 8, 1, 8, 8))
+    assert (dep.dp, dep.prefill_dp) == (8, 1)
+    assert offline.engine_args(dep, "decode")["dp_size"] == 8
+    assert offline.engine_args(dep, "prefill")["dp_size"] == 1
+    est = memory.estimate_kv_cache(
+        sim.spec.checkpoint, "gb200", "vllm", "current", max_num_tokens=16384,
+        max_batch_size=256, memory_fraction_kind="of_total", memory_fraction_value=0.9,
+        tp_size=1, attention_dp_size=8, moe_tp_size=1, moe_ep_size=8, kvcache_quant_mode="fp8",
+        nextn=1)
+    per_token = perf.kv_bytes_per_token("nvfp4")
+    assert dep.kv_blocks == int(est["total_kv_size_bytes"] // per_token) // offline.BLOCK
+    assert dep.kv_blocks != dep.prefill_kv_blocks  # the TP8 prefill worker's is its own
+    assert "TP1 EP8 (attention DP8)" in perf.describe(Path(dep.profile))["label"]
+    assert planner.Shape(1, 1, 8, 1, 8, 8).name == "1P:1D (TP8/TP1EP8)"
+    trace = workload.write_trace(tmp_path / "trace.jsonl", sim.sessions(32), 0)
+    for fleet, engines in ((dep, 8), (sim.shape_fleet(planner.Shape(1, 1)), 1)):
+        _, done = offline._replay(trace, fleet, 16, "kv_router", {})
+        assert len({r["decode_worker_idx"] for r in done}) == engines
 
 
 def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force(tmp_path):
@@ -357,7 +393,8 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     tiny = [x for x in TINY if not x.startswith("simulate.sessions=")]
     args = ["serving=glm5_gpu", *tiny, "simulate.sessions=6", "simulate.policy=round_robin",
             "simulate.plan_max_prefill=2", "simulate.plan_max_decode=3",
-            "simulate.plan_tps=[4,8]", "simulate.target_tok_s=89.3", "simulate.ttft_slo_s=0.75",
+            "simulate.plan_layouts=[TP4,TP8]", "simulate.target_tok_s=89.3",
+            "simulate.ttft_slo_s=0.75",
             "simulate.seeds=2", "simulate.jobs=2",
             f"cache_dir={tmp_path / 'cache'}", f"work_dir={tmp_path / 'work'}"]
     out = tmp_path / "plan.json"
@@ -368,7 +405,7 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
 
     sims = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache").seeded()
     assert [x.cfg.seed for x in sims] == got["seeds"] == [0, 1]
-    fleets = planner.grid(2, 3, [4, 8])
+    fleets = planner.grid(2, 3, [(4, 4), (8, 8)])
     runs = {s: [x.run(sims[0].shape_fleet(s), 6) for x in sims] for s in fleets}
     ok = {s: all(r["ok"] for r in rs) for s, rs in runs.items()}
     assert got["best"] is not None and len(got["judged"]) < len(fleets)
@@ -379,8 +416,8 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     assert any(len({r["ok"] for r in rs}) == 2 for rs in runs.values())
     assert got["simulations"] == 2 * len(got["judged"])
     for judged in got["judged"]:
-        shape = planner.Shape(*(judged[k] for k in ("prefill", "decode", "tp_prefill",
-                                                    "tp_decode")))
+        shape = planner.Shape(**{k: judged[k] for k in ("prefill", "decode", "tp_prefill",
+                                                          "tp_decode", "ep_prefill", "ep_decode")})
         assert judged["ok"] == ok[shape]
         assert [(r["tok_s_user"], r["ttft_p90_s"]) for r in judged["by_seed"]] == [
             (r["tok_s_user"], r["ttft_p90_s"]) for r in runs[shape]]
@@ -498,3 +535,18 @@ def test_static_refuses_what_aiconfigurator_cannot_match(bad, says, tmp_path, ca
     rc = main(["static", "serving=glm5_gpu", "simulate.isl=20000", *bad,
                f"cache_dir={tmp_path / 'cache'}"])
     assert rc == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["simulate.plan_layouts=[TP8,DEP8]"], "simulate.plan_layouts: worker layout 'DEP8': "
+                                            "expected TP<n> or TP<n>EP<m>"),
+    (["simulate.plan_layouts=[TP4EP6]"], "TP and EP must divide one another"),
+    (["serving.data_parallel=2", "serving.decode_args=[]", "serving.prefill_args=[]"],
+     "serving.data_parallel=2 without --enable-expert-parallel"),
+    (["serving.decode_args=[]"], "--enable-expert-parallel in one role's args only"),
+])
+def test_a_layout_the_simulation_cannot_take_is_refused_before_any_work(bad, says, tmp_path,
+                                                                        capsys):
+    rc = main(["plan", "serving=glm5_gpu", *bad, f"cache_dir={tmp_path / 'cache'}"])
+    assert rc == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
