@@ -80,8 +80,12 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
         engine["timing_model"] = {"type": "external", "provider": "dynamo_profile",
                                   "config": {"path": str(profile)}}
     engine.update(fleet.extra)
-    return {"engine": engine, "dp_size": fleet.prefill_dp if prefill and fleet.prefill_dp
-            else fleet.dp}
+    dp = fleet.prefill_dp if prefill and fleet.prefill_dp else fleet.dp
+    host = engine.get("native_host_offload")
+    if host and dp > 1:  # the worker's host tier, shared out among its ranks
+        engine["native_host_offload"] = {**host,
+                                         "num_host_blocks": host["num_host_blocks"] // dp}
+    return {"engine": engine, "dp_size": dp}
 
 
 def run(trace: Path, fleet: Fleet, lanes: int, policy: str = "kv",

@@ -356,8 +356,10 @@ def test_the_planner_finds_the_brute_force_minimum_of_monotone_fleets():
 def test_an_attention_dp_worker_is_as_many_engines_each_holding_one_rank_s_kv(tmp_path):
     """TP1EP8 ("DEP8") decoders: a worker of 8 GPUs is 8 attention-DP ranks. Its table is
     aiconfigurator's at attention DP 8, each rank holds the KV aiconfigurator's memory model
-    leaves one GPU at that layout, and the replay spreads the worker's sessions over its 8 ranks
-    (engines of their own), where a TP8 worker is one engine."""
+    leaves one GPU at that layout and an eighth of the worker's host tier, and the replay
+    spreads the worker's sessions over its 8 ranks (engines of their own), where a TP8 worker
+    is one engine."""
+
     from aiconfigurator_core.sdk import memory
 
     from serving.simulate.sim import Sim
@@ -368,6 +370,9 @@ def test_an_attention_dp_worker_is_as_many_engines_each_holding_one_rank_s_kv(tm
     assert (dep.dp, dep.prefill_dp) == (8, 1)
     assert offline.engine_args(dep, "decode")["dp_size"] == 8
     assert offline.engine_args(dep, "prefill")["dp_size"] == 1
+    host = replace(dep, extra={"native_host_offload": {"num_host_blocks": 8000}})
+    assert [offline.engine_args(host, role)["engine"]["native_host_offload"]["num_host_blocks"]
+            for role in ("prefill", "decode")] == [8000, 1000]  # a worker's tier, per rank
     est = memory.estimate_kv_cache(
         sim.spec.checkpoint, "gb200", "vllm", "current", max_num_tokens=16384,
         max_batch_size=256, memory_fraction_kind="of_total", memory_fraction_value=0.9,
