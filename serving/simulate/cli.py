@@ -252,6 +252,11 @@ def cmd_plan(sim: Sim) -> dict:
         return runs[shape]["ok"]
 
     layouts = [planner.parse_layout(x) for x in cfg.plan_layouts]
+    for layout in layouts:  # every table before the search: a layout without data stops it here
+        try:
+            sim.at_layout(*layout)
+        except perf.NoPerfData as exc:
+            raise ConfigError(f"simulate.plan_layouts: {exc}") from None
     best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode, layouts)
     rows = []
     for s in judged:
@@ -520,10 +525,13 @@ def _main(argv: list[str]) -> int:
         if work_dir:
             Path(work_dir).mkdir(parents=True, exist_ok=True)
         print(f"perf model: {perf.version_label(sim.spec)}", flush=True)
-        result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
-                  "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts,
-                  "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate,
-                  "cmd_static": cmd_static}[f"cmd_{command}"](sim)
+        try:
+            result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
+                      "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts,
+                      "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate,
+                      "cmd_static": cmd_static}[f"cmd_{command}"](sim)
+        except ConfigError as exc:  # found once the perf data is read
+            return bad_config(str(exc))
     elapsed = time.monotonic() - t0
     print(f"{sim.runs} simulations in {elapsed:.0f} s", flush=True)
     if cfg.out:

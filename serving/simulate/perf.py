@@ -176,8 +176,20 @@ def build_profile(spec: PerfSpec, cache_dir: Path, resolution: int = 80) -> Path
     return path
 
 
+class NoPerfData(ValueError):
+    """aiconfigurator has no measured kernels for this layout on this system and backend."""
+
+
 def _measure(spec: PerfSpec, resolution: int) -> dict[str, np.ndarray]:
     engine = compile_engine(spec)
+    try:
+        engine.predict_prefill_latency(1, 1024, 0)
+    except RuntimeError as exc:  # aiconfigurator's PerfDataNotAvailableError
+        if "perf database error" not in str(exc):
+            raise
+        raise NoPerfData(f"aiconfigurator-core {aic_version()} has no {spec.backend} data for "
+                         f"TP{spec.tp} EP{spec.moe_ep} on {spec.system}: "
+                         f"{str(exc).split(' at /')[0]}") from None
     # Prefill: tokens computed in one iteration -> ms, after the workload's mean prefix.
     isl = np.unique(np.concatenate([
         np.geomspace(16, spec.max_batched_tokens, resolution // 2),

@@ -59,7 +59,7 @@ class Sim:
     def at_layout(self, tp: int, ep: int) -> tuple[Path, float]:
         """The perf table and KV bytes per GPU of a worker of layout TP `tp` EP `ep`; a budget
         <= 0: the weights do not fit. aiconfigurator has MoE data at EP = TP, EP > TP (attention
-        DP) and EP 1; other layouts raise its PerfDataNotAvailableError."""
+        DP) and EP 1; other layouts raise perf.NoPerfData."""
         if (tp, ep) not in self._by_layout:
             spec = replace(self.spec, tp=tp, moe_ep=ep)
             try:

@@ -546,12 +546,15 @@ def test_static_refuses_what_aiconfigurator_cannot_match(bad, says, tmp_path, ca
     (["simulate.plan_layouts=[TP8,DEP8]"], "simulate.plan_layouts: worker layout 'DEP8': "
                                             "expected TP<n> or TP<n>EP<m>"),
     (["simulate.plan_layouts=[TP4EP6]"], "TP and EP must divide one another"),
+    (["simulate.plan_layouts=[TP8,TP8EP4]"], "simulate.plan_layouts: aiconfigurator-core 0.12.0 "
+                                             "has no vllm data for TP8 EP4 on gb200"),
     (["serving.data_parallel=2", "serving.decode_args=[]", "serving.prefill_args=[]"],
      "serving.data_parallel=2 without --enable-expert-parallel"),
     (["serving.decode_args=[]"], "--enable-expert-parallel in one role's args only"),
 ])
-def test_a_layout_the_simulation_cannot_take_is_refused_before_any_work(bad, says, tmp_path,
-                                                                        capsys):
-    rc = main(["plan", "serving=glm5_gpu", *bad, f"cache_dir={tmp_path / 'cache'}"])
+def test_a_layout_the_simulation_cannot_take_is_refused_before_any_simulation(bad, says,
+                                                                              tmp_path, capsys):
+    rc = main(["plan", "serving=glm5_gpu", *bad, f"cache_dir={tmp_path / 'cache'}",
+               f"work_dir={tmp_path / 'work'}"])
     assert rc == 2 and says in capsys.readouterr().err
-    assert not (tmp_path / "cache").exists()
+    assert not list((tmp_path / "work").glob("*.jsonl"))  # refused before any simulation
