@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from envs.lease import sweep
+from envs.lease import scratch_root, sweep
 from envs.sandbox import SandboxFailure, SandboxPolicy
 from envs.scoring import Score, score_changes
 from envs.suites import SUITES, load_suite
@@ -43,7 +41,9 @@ class EnvConfig:
     max_output_chars: int = 4000
     max_command_chars: int = 200
     max_file_chars: int = 500
-    scratch_dir: str | None = None  # where session folders live; null: the system temp folder
+    # where session folders live; null: /dev/shm if it is a tmpfs with 1 GiB free, else the
+    # system temp folder (envs.lease.scratch_root)
+    scratch_dir: str | None = None
     on_bad_task: str = field(default="skip", metadata={"choices": ("skip", "fail")})
     sandbox: dict = field(default_factory=dict)  # SandboxPolicy fields
     # hidden_tests: the task's hidden tests grade the final changes; first_call: 1.0 when the
@@ -100,15 +100,14 @@ class Episode:
 class Environment:
     def __init__(self, cfg: EnvConfig) -> None:
         self.cfg = cfg
-        self.scratch = Path(cfg.scratch_dir) if cfg.scratch_dir else None
+        self.scratch = scratch_root(cfg.scratch_dir)
         try:
             self.policy = SandboxPolicy(**cfg.sandbox)
         except (TypeError, ValueError) as exc:
             raise EnvError(f"env.sandbox: {exc}") from None
         # Start-up: the session folders, mounts and cgroups of dead processes go.
-        root = self.scratch or Path(tempfile.gettempdir())
-        sweep(root)
-        self.trees = StartingTrees(root)
+        sweep(self.scratch)
+        self.trees = StartingTrees(self.scratch)
         self.tools = tool_schemas(cfg.max_command_chars, cfg.max_file_chars)
         names = [t["function"]["name"] for t in self.tools]
         if cfg.reward == "first_call" and cfg.reward_tool not in names:

@@ -42,8 +42,25 @@ MOUNTS = "rf-mounts"  # in a scratch root: the tmpfs holding the session tmpfs m
 STAGE = Path("/run/rollfleet/stage")
 MOUNT_SOURCE = "rollfleet"  # the source of every session tmpfs in the mount table
 MB = 1024 * 1024
+SHM = Path("/dev/shm")
+SHM_ROOM = 1024 * MB  # free bytes /dev/shm needs to take the session folders
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def scratch_root(configured: str | None) -> Path:
+    """Where session folders live: `configured`, else /dev/shm when it is a tmpfs with
+    SHM_ROOM free, else the system temp folder. Each session writes and removes a git index,
+    git objects and a few folders; on a disk filesystem that is journal work for the kernel, on
+    tmpfs none (README: the ceiling with homes on disk and in memory). The room check leaves out
+    a container's 64 MB /dev/shm."""
+    if configured:
+        return Path(configured)
+    if _fs_type(SHM) == "tmpfs":
+        st = os.statvfs(SHM)
+        if st.f_bavail * st.f_frsize >= SHM_ROOM and os.access(SHM, os.W_OK | os.X_OK):
+            return SHM
+    return Path(tempfile.gettempdir())
 
 
 class SessionLease:
@@ -205,6 +222,17 @@ def _unmount(path: Path) -> None:
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOENT):  # not (or no longer) a mount point
             raise OSError(err, f"unmounting: {os.strerror(err)}", str(path))
+
+
+def _fs_type(path: Path) -> str | None:
+    """The filesystem type mounted at `path` (the last mount there), if one is."""
+    found = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, right = line.split(" - ", 1)
+            if Path(cgroups.unescape(left.split()[4])) == path:
+                found = right.split()[0]
+    return found
 
 
 def _mounts(source: str) -> list[Path]:

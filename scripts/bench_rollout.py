@@ -57,11 +57,15 @@ from serving.metrics import Sample, parse, quantile, total
 from serving.process import free_port
 
 PARTS = ("ceiling", "vf", "grammar", "admission")
-# env.sandbox settings of each sandbox path: a sandbox per command (test runs forked from the
-# warm interpreter, or exec'd as any command), or one per session
-SANDBOX_PATHS = {"per command": {"persistent": False},
-                 "per command exec": {"persistent": False, "warm_unittest": False},
-                 "persistent": {"persistent": True}}
+# the job's overrides for each sandbox path: a sandbox per command (test runs forked from the
+# warm interpreter, or exec'd as any command; session folders in memory or on disk), or one per
+# session
+_DISK = f"env.scratch_dir={tempfile.gettempdir()}"  # where session folders went before
+SANDBOX_PATHS = {"per command": ["+env.sandbox.persistent=false"],
+                 "per command exec": ["+env.sandbox.persistent=false",
+                                      "+env.sandbox.warm_unittest=false"],
+                 "per command homes on disk": ["+env.sandbox.persistent=false", _DISK],
+                 "persistent": ["+env.sandbox.persistent=true"]}
 VF_EVAL = "from verifiers.v1.cli.eval.main import main; main()"
 # What another person's heavy work on this machine looks like (the machine is shared).
 HEAVY = ("pytest", "vllm", "dynamo.", "ray::", "raylet", "rollout.run", "verifiers", "bench_")
@@ -409,7 +413,7 @@ def ceiling(args, work: Path, source: list[dict]) -> dict[str, Any]:
             f'serving.extra_args=["--max-num-seqs","{max(256, n)}"]',
             "rollout.admission=fixed", f"rollout.max_sessions={n}",
             f"rollout.samples_per_task={samples}", f"rollout.workers={workers}",
-            *(f"+env.sandbox.{k}={str(v).lower()}" for k, v in SANDBOX_PATHS[path].items()),
+            *SANDBOX_PATHS[path],
         ], work / run_id, scrape={"frontend": f"http://127.0.0.1:{port}/metrics"},
             timeout_s=args.job_timeout_s)
         levels[name] = ceiling_figures(job, n) | {

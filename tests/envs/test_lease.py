@@ -119,3 +119,25 @@ def test_the_mounts_folder_goes_with_the_last_session_out(tmp_path):
     finally:
         sessions[-1].close()
     assert not _mounted(mounts) and not mounts.exists()
+
+
+def test_session_folders_go_to_a_memory_filesystem_with_room_else_the_temp_folder(monkeypatch):
+    """Unset, env.scratch_dir is /dev/shm where it is a tmpfs with 1 GiB free (as here), and an
+    episode's session folder lives there; without the room, the system temp folder; a folder
+    set is kept as set."""
+    import tempfile
+
+    from envs import lease
+
+    env = Environment(EnvConfig(max_tasks=1))
+    assert env.scratch == Path("/dev/shm") and lease._fs_type(Path("/dev/shm")) == "tmpfs"
+    episode = env.episode(sorted(env.tasks)[0])
+    try:
+        assert episode.workspace.home.parent == Path("/dev/shm")
+    finally:
+        episode.close()
+    assert not episode.workspace.home.exists()
+    free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
+    monkeypatch.setattr(lease, "SHM_ROOM", free + 2**30)
+    assert lease.scratch_root(None) == Path(tempfile.gettempdir())
+    assert lease.scratch_root("/var/tmp/x") == Path("/var/tmp/x")
