@@ -224,23 +224,22 @@ def _unmount(path: Path) -> None:
             raise OSError(err, f"unmounting: {os.strerror(err)}", str(path))
 
 
-def _fs_type(path: Path) -> str | None:
-    """The filesystem type mounted at `path` (the last mount there), if one is."""
-    found = None
+def _mount_table() -> list[tuple[Path, str, str]]:
+    """(mount point, filesystem type, source) of every mount this process sees, in order."""
+    table = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             left, right = line.split(" - ", 1)
-            if Path(cgroups.unescape(left.split()[4])) == path:
-                found = right.split()[0]
-    return found
+            fstype, source = right.split()[:2]
+            table.append((Path(cgroups.unescape(left.split()[4])), fstype, source))
+    return table
+
+
+def _fs_type(path: Path) -> str | None:
+    """The filesystem type mounted at `path` (the last mount there), if one is."""
+    return next((fstype for point, fstype, _ in reversed(_mount_table()) if point == path), None)
 
 
 def _mounts(source: str) -> list[Path]:
     """Mount points of the filesystem source `source`."""
-    points = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, right = line.split(" - ", 1)
-            if right.split()[1] == source:
-                points.append(Path(cgroups.unescape(left.split()[4])))
-    return points
+    return [point for point, _, src in _mount_table() if src == source]
