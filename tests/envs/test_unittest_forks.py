@@ -95,11 +95,14 @@ def test_only_runs_a_fork_reproduces_exactly_are_forked():
     assert not UnittestForks.reproduces(UNITTEST, {**ENV, "PYTHONPATH": "/elsewhere"}, repo)
 
 
-def test_a_folder_holding_a_module_named_like_a_warm_one_is_not_forked(tmp_path):
+# unittest.case imports pprint; the server holds shutil and locale because a run's argparse
+# would import them
+@pytest.mark.parametrize("module", ["pprint.py", "shutil.py", "locale.py"])
+def test_a_folder_holding_a_module_named_like_a_warm_one_is_not_forked(tmp_path, module):
     (tmp_path / "calc.py").write_text("")
     env = {**ENV, "PYTHONPATH": str(tmp_path)}
     assert FORKS.serves(UNITTEST, env, tmp_path)
-    (tmp_path / "pprint.py").write_text("")  # unittest.case imports pprint
+    (tmp_path / module).write_text("")
     assert not FORKS.serves(UNITTEST, env, tmp_path)
 
 
