@@ -34,3 +34,16 @@ def test_a_name_without_the_prefix_or_a_tag_has_no_owner():
     assert not dead_owner("rf.1.2.x", "rollfleet-")
     assert not dead_owner("rollfleet-abc", "rollfleet-")
     assert start_time(os.getpid()) is not None
+
+
+def test_a_forked_child_names_itself_not_its_parent():
+    parent = tag()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, tag().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    assert parent == f"{os.getpid()}.{start_time(os.getpid())}."
+    assert child.startswith(f"{pid}.") and child != parent
