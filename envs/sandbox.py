@@ -102,9 +102,11 @@ def bwrap_available() -> bool:
 
 
 def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy,
-         source: Path | None = None) -> list[str]:
+         source: Path | None = None, capabilities: bool = True) -> list[str]:
     """The bwrap command line that runs `argv` in `workdir` under `policy`; `source`: the
-    folder bound at `workdir` (default: `workdir` itself)."""
+    folder bound at `workdir` (default: `workdir` itself). bwrap started as root leaves `argv`
+    root's capabilities (`as_user` needs them to switch users); `capabilities=False` drops
+    them all, for a command that stays root."""
     if not policy.isolate:
         return argv
     if not bwrap_available():
@@ -115,6 +117,8 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy,
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             *_system_binds(policy.system, hidden), "--dev", "/dev", "--proc", "/proc"]
+    if not capabilities:
+        args += ["--cap-drop", "ALL"]
     for keep in policy.expose:  # an interpreter outside the system folders and hidden ones
         if os.path.isdir(keep) and not any(keep == d or _under(keep, d)
                                            for d in (*policy.system, *hidden)):

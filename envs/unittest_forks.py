@@ -2,14 +2,15 @@
 
 A sandboxed test run spent most of its CPU importing unittest (34 of 43 ms here), and such runs
 (the hidden tests, `run_tests`) were most of the sandboxes' CPU at 1,024 sessions. bwrap still
-builds each run's sandbox as for any command (`SessionLease.command`), holding `cat` as its
-command; once `cat` echoes a byte the sandbox is set up, and the fork server
-(envs/unittest_fork_server.py, one per process) forks the run into the namespaces of its init,
-its cgroups, rlimits and uid. Stopping the sandbox kills the run with it (its PID namespace's
-init goes). Runs the server cannot reproduce exactly (another interpreter, other flags, another
-locale or hash seed, another PYTHONPATH) are exec'd as before; so are runs in a folder that
-holds a module named like one the server holds. Nothing of the agent runs between its commands
-(each sandbox goes with its command), so the folder the host looks at is the one the run sees.
+builds each run's sandbox as for any command (`SessionLease.command`), holding `cat` as its command
+(root without capabilities: it runs nothing of the agent's); once `cat` echoes a byte the sandbox
+is set up, and the fork server (envs/unittest_fork_server.py, one per process) forks the run into
+the namespaces of its init, its cgroups, rlimits and uid. Stopping the sandbox kills the run with
+it (its PID namespace's init goes). Runs the server cannot reproduce exactly (another interpreter,
+other flags, another locale or hash seed, another PYTHONPATH) are exec'd as before; so are runs in
+a folder that holds a module named like one the server holds. Nothing of the agent runs between its
+commands (each sandbox goes with its command), so the folder the host looks at is the one the run
+sees.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ class UnittestForks:
             env: dict[str, str], timeout_s: float, out: int) -> tuple[int | None, bool]:
         """(exit status, or None at the timeout; timed out) of `argv` run in a new sandbox of
         `lease`, its output on `out`. SandboxFailure when the sandbox or the fork failed."""
-        holder = subprocess.Popen(lease.command(["cat"], policy), cwd=lease.repo, env=env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
-                                  start_new_session=True)
+        holder = subprocess.Popen(lease.command(["cat"], policy, holder=True), cwd=lease.repo,
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=out, start_new_session=True)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         reply, parent = b"", None  # the run's parent: the server's child that forked it
         try:

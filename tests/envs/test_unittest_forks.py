@@ -58,6 +58,9 @@ class Facts(unittest.TestCase):
             other = type(exc).__name__
         facts = {key: status[key].split() for key in ("Uid", "Gid", "Groups", "CapEff",
                                                       "CapBnd", "NoNewPrivs")}
+        holder = dict(line.split(":", 1) for line in open("/proc/2/status").read().splitlines())
+        facts["holder"] = {key: holder[key].split() for key in ("Name", "Uid", "CapEff", "CapPrm",
+                                                                "NoNewPrivs")}
         facts.update(net=net, other=other, pids=sorted(int(p) for p in os.listdir("/proc")
                                                        if p.isdigit()),
                      fds=sorted(os.listdir("/proc/self/fd")), cwd=os.getcwd(),
@@ -143,6 +146,10 @@ def test_a_forked_run_is_confined_like_any_command(tmp_path):
         assert facts["net"] == "ConnectionRefusedError"  # its own network namespace
         assert facts["other"] == "FileNotFoundError"  # another session's files are not there
         assert facts["pids"][:3] == [1, 2, 3]  # bwrap's init, the holder, the run: its own PIDs
+        # the holder stays root (no setpriv), without a capability it could use or regain
+        assert facts["holder"] == {"Name": ["cat"], "Uid": ["0"] * 4,
+                                   "CapEff": ["0000000000000000"],
+                                   "CapPrm": ["0000000000000000"], "NoNewPrivs": ["1"]}
         assert facts["fds"] == ["0", "1", "2", "3"]  # nothing of the server's (3: the listing)
         assert facts["cwd"] == facts["home"] == facts["tmp"] == str(ws.path)
         assert facts["memory"] == "MemoryError"
