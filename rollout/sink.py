@@ -23,6 +23,10 @@ from datasets import Dataset, concatenate_datasets
 from rollfleet.run_dir import RunDir
 from rollout.record import FEATURES
 
+# A part file lives until `compact` folds it into a shard: no column statistics or dictionaries
+# for readers to skip by (5.8 ms of CPU for a part of 15 records with them, 3.5 without).
+PART_OPTIONS = {"write_statistics": False, "use_dictionary": False}
+
 
 class SchemaError(ValueError):
     """A record whose keys are not exactly the schema's: written, it would lose data silently."""
@@ -67,10 +71,12 @@ class RecordSink:
                 raise SchemaError(
                     f"record {record.get('rollout_id')!r} does not match the schema: "
                     f"unknown keys {sorted(extra)}, missing keys {sorted(missing)}")
-        rows = [FEATURES.encode_example(record) for record in records]
+        # Plain values only (FEATURES has no image, audio or class label to encode): pyarrow
+        # takes the records as they are, where datasets' encode_example walked every token id
+        # in Python (0.34 ms of the driver's CPU a record).
         path = self.data_dir / f"part-{self.next_part:08d}.parquet"
         self.next_part += 1
-        _write_durably(pa.Table.from_pylist(rows, schema=self.schema), path)
+        _write_durably(pa.Table.from_pylist(records, schema=self.schema), path, PART_OPTIONS)
 
     def compact(self) -> None:
         """Part files -> shards of `shard_size` rows (a part is never split); each part is
@@ -112,9 +118,9 @@ def _index(path: Path) -> int:
     return int(path.stem.split("-", 1)[1])
 
 
-def _write_durably(table: pa.Table, path: Path) -> None:
+def _write_durably(table: pa.Table, path: Path, options: dict[str, Any] | None = None) -> None:
     tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, **(options or {}))
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)

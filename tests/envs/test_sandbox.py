@@ -334,7 +334,8 @@ def test_a_sandbox_that_cannot_start_is_a_sandbox_failure(persistent, monkeypatc
     harness failed, not the agent."""
     bwrap_says = "echo 'bwrap: Creating new namespace failed: No space left on device' >&2; exit 1"
     monkeypatch.setattr("envs.lease.wrap",
-                        lambda argv, workdir, policy, source: ["sh", "-c", bwrap_says])
+                        lambda argv, workdir, policy, source, capabilities=True: [
+                            "sh", "-c", bwrap_says])
     w = Workspace(lambda dest: None, policy=replace(POLICY, persistent=persistent))
     try:
         with pytest.raises(SandboxFailure, match="^bwrap: Creating new namespace failed"):

@@ -4,6 +4,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -94,6 +95,20 @@ def test_records_written_together_are_one_file_on_disk_when_write_returns(tmp_pa
     assert not list((tmp_path / "data").glob("*.tmp"))
 
 
+def test_a_record_reads_back_from_its_part_file_as_datasets_stores_it(tmp_path):
+    """The sink hands records to pyarrow as they are, without datasets' encode_example."""
+    calls = [_call(), _call(False, ["invalid_utf8"]), _call(failed=True)]
+    trace = SessionTrace(turns=[_turn(0, [1, 2], [3, 4], calls), _turn(1, [1, 2, 3, 4, 5], [6])],
+                         breaks=[PrefixBreak(1, 2, "re-rendered")])
+    rec = build_record(Job("t", 0), PROV, Outcome("ok", "submitted", reward=0.5), trace)
+    error = error_record(Job("t", 1), PROV, "engine down")
+    sink = RecordSink(tmp_path)
+    sink.write([rec, error])
+    stored = Dataset.from_list([rec, error], features=FEATURES)
+    assert pq.read_table(sink.parts()[0]).to_pylist() == stored.to_list()
+    assert stored[0]["turns"][0]["tool_calls"][1]["issues"] == ["invalid_utf8"]
+
+
 def test_the_sink_refuses_keys_outside_the_schema_and_writes_none_of_the_batch(tmp_path):
     sink = RecordSink(tmp_path)
     with pytest.raises(SchemaError, match=r"unknown keys \['surprise'\]"):
@@ -177,6 +192,23 @@ def test_the_trainer_view_leaves_out_what_no_trainer_should_see():
     view = trainer_rows(Dataset.from_list(rows, features=FEATURES))
     assert view["rollout_id"] == ["a/0"]
     assert view["policy_version"] == [0] and view["turn_policy_versions"] == [[0]]
+
+
+def test_a_trainer_row_is_its_session_as_sampled_with_its_group_s_versions():
+    newer = [replace(_turn(0, [1, 2], [3, 4]), policy_version=1),
+             replace(_turn(1, [1, 2, 3, 4, 9], [5]), policy_version=2, temperature=0.7)]
+    mixed = build_record(Job("b", 1), PROV, Outcome("truncated", "max_turns", reward=0.0),
+                         SessionTrace(turns=newer))
+    rows = [_record(Job("a", 0)), _record(Job("b", 0)), mixed]
+    view = trainer_rows(Dataset.from_list(rows, features=FEATURES)).to_list()
+    assert [r["rollout_id"] for r in view] == ["a/0", "b/0", "b/1"]
+    assert [r["group_mixed"] for r in view] == [False, True, True]
+    last = view[2]
+    assert last["input_ids"] == mixed["token_ids"] == [1, 2, 3, 4, 9, 5]
+    assert last["loss_mask"] == mixed["loss_mask"] == [0, 0, 1, 1, 0, 1]
+    assert last["old_logprobs"] == mixed["logprobs"]
+    assert (last["policy_version"], last["turn_policy_versions"]) == (1, [1, 2])
+    assert (last["logprobs_mode"], last["temperature"], last["status"]) == ("raw", 1.0, "truncated")
 
 
 def test_a_run_that_finished_nothing_saves_an_empty_dataset_with_the_schema(tmp_path):

@@ -220,7 +220,7 @@ def test_server_failures_end_the_session(error, status, stop):
 
 
 def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
-    def broken(argv, workdir, policy, source):
+    def broken(argv, workdir, policy, source, capabilities=True):
         return ["bwrap", "--no-such-option", "--", *argv]
 
     monkeypatch.setattr(envs.lease, "wrap", broken)  # both sandbox paths build their command there
