@@ -45,7 +45,7 @@ from rollout.model_client import check_sampling
 from rollout.record import Job, Provenance
 from rollout.scheduler import RunAborted, Scheduler
 from rollout.sink import RecordSink
-from rollout.summary import RunningTally, print_summary, summarize
+from rollout.summary import SUMMARY_FIELDS, RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
 from rollout.worker import remote_worker
@@ -89,15 +89,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         engine_cache = (_generate(cfg, groups, jobs, run_dir, sink, tracker) if jobs else
                         {k: v for k, v in earlier.items() if k.startswith("engine_")})
         dataset = sink.finalize()
-        records = dataset.to_list()
         trainer = save_trainer_view(dataset, RunDir(run_dir).trainer)
         this_run = time.perf_counter() - start if jobs else 0.0
-        summary = summarize(records, this_run + float(earlier.get("wall_s", 0.0))) | engine_cache
+        summary = summarize(dataset.select_columns(list(SUMMARY_FIELDS)).to_list(),
+                            this_run + float(earlier.get("wall_s", 0.0))) | engine_cache
         summary.update(rollouts_this_run=len(jobs), wall_s_this_run=this_run,
                        dataset=str(sink.dataset_dir), dataset_rows=len(dataset),
                        trainer_rows=len(trainer))
         if groups["corpus"].enabled:
             corpus_dir = RunDir(run_dir).corpus
+            records = dataset.to_list()
             sft, _, removed = build_corpus(records, env.tools, groups["corpus"], corpus_dir,
                                            source_of(run_dir, records, cfg))
             summary["corpus_rows"] = len(sft)

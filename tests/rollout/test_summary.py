@@ -3,16 +3,16 @@
 import pytest
 
 from rollout.record import Job, Outcome, Provenance, SessionTrace, ToolCallRecord, build_record
-from rollout.summary import RunningTally, summarize
+from rollout.summary import SUMMARY_FIELDS, RunningTally, summarize
 from tests.rollout.test_record import _turn
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")
 
 
-def test_sums_counts_and_the_mean_of_scored_rewards():
+def _records():
     bad = ToolCallRecord("c", "bash", "{}", False, "", False, ["invalid_utf8"], "")
     failed = ToolCallRecord("d", "bash", "{}", True, "", True, [], "")
-    records = [
+    return [
         build_record(Job("a", 0), PROV, Outcome("ok", "submitted", reward=1.0),
                      SessionTrace(turns=[_turn(0, [1, 2], [3]), _turn(1, [1, 2, 3, 9], [4])])),
         build_record(Job("a", 1), PROV, Outcome("truncated", "max_turns", reward=0.0),
@@ -20,7 +20,10 @@ def test_sums_counts_and_the_mean_of_scored_rewards():
         build_record(Job("b", 0), PROV, Outcome("infra_error", "error", "down")),
         build_record(Job("b", 1), PROV, Outcome("error", "error", "Traceback")),
     ]
-    s = summarize(records, wall_s=2.0)
+
+
+def test_sums_counts_and_the_mean_of_scored_rewards():
+    s = summarize(_records(), wall_s=2.0)
     assert (s["tasks"], s["rollouts"], s["ok"], s["truncated"], s["infra_error"],
             s["error"]) == (2, 4, 1, 1, 1, 1)
     assert s["mean_reward"] == pytest.approx(0.5)  # the two scored rollouts only
@@ -28,6 +31,12 @@ def test_sums_counts_and_the_mean_of_scored_rewards():
     assert (s["prompt_tokens"], s["completion_tokens"]) == (2 + 4 + 1, 1 + 1 + 2)
     assert s["cached_tokens"] == 3 and s["completion_tokens_per_s"] == pytest.approx(2.0)
     assert (s["calls_invalid_utf8"], s["calls_failed"]) == (1, 1)
+
+
+def test_a_run_s_dataset_is_read_for_the_summary_fields_alone():
+    records = _records()
+    fields = [{k: r[k] for k in SUMMARY_FIELDS} for r in records]
+    assert summarize(fields, wall_s=2.0) == summarize(records, wall_s=2.0)
 
 
 def test_no_records_is_zeros_not_an_error():
