@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from datasets import Dataset, concatenate_datasets
+from datasets import Dataset, DatasetInfo
 
 from rollfleet.run_dir import RunDir
 from rollout.record import FEATURES
@@ -99,11 +99,10 @@ class RecordSink:
     def finalize(self) -> Dataset:
         """Compact, then save the latest record of every rollout as one dataset."""
         self.compact()
-        parts = [Dataset.from_parquet(str(s), features=FEATURES, keep_in_memory=True)
-                 for s in self.files()]
-        ds = concatenate_datasets(parts) if parts else Dataset.from_dict(
-            {name: [] for name in FEATURES}, features=FEATURES)  # a run that finished nothing
-        ds = _latest_per_rollout(ds)
+        # read by pyarrow (datasets' parquet builder took 1.7 s of CPU for 2,050 records)
+        tables = [pq.read_table(path, schema=self.schema) for path in self.files()]
+        table = pa.concat_tables(tables) if tables else self.schema.empty_table()
+        ds = _latest_per_rollout(Dataset(table, info=DatasetInfo(features=FEATURES)))
         tmp = self.dataset_dir.with_name(self.dataset_dir.name + ".tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
