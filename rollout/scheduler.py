@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -122,34 +124,37 @@ class Scheduler:
             landed.flush()
 
     def _run(self, source: JobSource, landed: CommitWindow) -> None:
-        queue: list[Job] = []  # retries due now
+        due: list[Job] = []  # retries due now
         delayed: list[tuple[float, Job]] = []  # retries waiting out their backoff
         pending: dict[ray.ObjectRef, tuple[Job, int, Any]] = {}
+        # Sessions that ended, as their futures complete: ray.wait over every pending ref, once
+        # per landed record, was O(sessions in flight) each (10% of the driver's CPU at 1,024).
+        ended: queue.SimpleQueue[tuple[ray.ObjectRef, Future]] = queue.SimpleQueue()
         load = [0] * len(self.workers)
-        while queue or pending or delayed or not source.finished():
+        while due or pending or delayed or not source.finished():
             now = time.monotonic()
-            queue.extend(job for due, job in delayed if due <= now)
-            delayed = [(due, job) for due, job in delayed if due > now]
+            due.extend(job for at, job in delayed if at <= now)
+            delayed = [(at, job) for at, job in delayed if at > now]
             limit = self.admission.limit()
             while len(pending) < limit:
-                job = queue.pop() if queue else source.take()
+                job = due.pop() if due else source.take()
                 if job is None:
                     break
                 w = min(range(len(self.workers)), key=load.__getitem__)
                 worker = self.workers[w]
-                pending[worker.run.remote(job, self.engine_names())] = (job, w, worker)
+                ref = worker.run.remote(job, self.engine_names())
+                pending[ref] = (job, w, worker)
+                ref.future().add_done_callback(lambda done, ref=ref: ended.put((ref, done)))
                 load[w] += 1
             self.in_flight = len(pending)
             if not pending:
                 landed.flush()  # nothing else can land before the next start
                 time.sleep(0.05 if not delayed else min(1.0, min(d for d, _ in delayed) - now))
                 continue
-            with _signals_pass_through():
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=landed.wait_s(1.0))
-            for ref in ready:
+            for ref, done in _drain(ended, landed.wait_s(1.0)):
                 job, w, worker = pending.pop(ref)
                 load[w] -= 1
-                record = self._result(ref, job, w, worker)
+                record = self._result(done, job, w, worker)
                 if record["status"] == "infra_error":
                     self._count_infra(record)
                     if job.attempt < self.max_retries:
@@ -172,10 +177,9 @@ class Scheduler:
                              f"{record['rollout_id']}: {record['error'][:300]}); the records "
                              "finished so far are on disk")
 
-    def _result(self, ref: ray.ObjectRef, job: Job, w: int, worker: Any) -> dict[str, Any]:
+    def _result(self, done: Future, job: Job, w: int, worker: Any) -> dict[str, Any]:
         try:
-            with _signals_pass_through():
-                return ray.get(ref)
+            return done.result()
         except RayTaskError as exc:  # session or environment code raised: a bug, not retried
             log.error("rollout %s failed with an error in its code:\n%s", job.rollout_id, exc)
             return error_record(job, self.provenance, str(exc), status="error")
@@ -187,14 +191,13 @@ class Scheduler:
                                 f"worker failed: {type(exc).__name__}: {exc}")
 
 
-@contextlib.contextmanager
-def _signals_pass_through() -> Iterator[None]:
-    """A signal handler's exception (Ctrl-C, the job's SIGTERM) raised while Ray's Cython code
-    runs comes out as a SystemError caused by it: let the signal's own exception through."""
+def _drain(ended: queue.SimpleQueue, timeout_s: float) -> list[tuple[ray.ObjectRef, Future]]:
+    """What ended within `timeout_s`: the first to end, and every other that has by then."""
     try:
-        yield
-    except SystemError as exc:
-        cause = exc.__cause__
-        if cause is not None and not isinstance(cause, Exception):
-            raise cause from None
-        raise
+        out = [ended.get(timeout=timeout_s)]
+    except queue.Empty:
+        return []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            out.append(ended.get_nowait())
+    return out
