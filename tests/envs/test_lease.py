@@ -5,12 +5,13 @@ import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from envs import EnvConfig, Environment
+from envs import EnvConfig, Environment, lease
 from envs.lease import MOUNTS, UID_LOCKS
 from envs.workspace import Workspace
 from rollfleet.owner import start_time
@@ -125,10 +126,6 @@ def test_session_folders_go_to_a_memory_filesystem_with_room_else_the_temp_folde
     """Unset, env.scratch_dir is /dev/shm where it is a tmpfs with 1 GiB free (as here), and an
     episode's session folder lives there; without the room, the system temp folder; a folder
     set is kept as set."""
-    import tempfile
-
-    from envs import lease
-
     env = Environment(EnvConfig(max_tasks=1))
     assert env.scratch == Path("/dev/shm") and lease._fs_type(Path("/dev/shm")) == "tmpfs"
     episode = env.episode(sorted(env.tasks)[0])
