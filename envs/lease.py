@@ -7,11 +7,12 @@
   It is mounted in the scratch root's `rf-mounts` (one tmpfs holding every session's mount
   point), so that a sandbox can start without the other sessions' mounts: bwrap walks the whole
   mount table for each folder it binds, and with a tmpfs per live session that walk cost a
-  sandbox start 40-70 ms of CPU at 1,000 sessions (measured here). Each sandbox starts in a mount
-  namespace of its own where `rf-mounts` is detached but for its own session's tmpfs (the
-  launcher, envs/launch.c, does it in three system calls: 0.3 ms with no other session open).
-- A uid of its own from the configured range, leased by a lock file (the kernel drops the lock
-  when its holder dies), so per-uid counts such as RLIMIT_NPROC are this session's alone.
+  sandbox start 40-70 ms of CPU at 1,000 sessions (measured here). Each sandbox starts in a copy
+  of a template mount namespace holding no session's tmpfs (envs/mount_template.py), with a
+  clone of its own session's tmpfs at STAGE (the launcher, envs/launch.c, does it).
+- A uid of its own from the configured range, so per-uid counts such as RLIMIT_NPROC are this
+  session's alone: leased by a lock on byte `uid` of one file (`UidLocks`; the kernel drops the
+  locks of a process that dies).
 - A cgroup (envs.cgroups) with the session's process, memory and CPU limits, where one is
   writable; its folders are recorded in the session folder for `sweep`.
 Only as root with isolation on; otherwise the folder alone.
@@ -26,17 +27,20 @@ import fcntl
 import os
 import random
 import shutil
+import struct
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from envs import cgroups
+from envs.mount_template import MountTemplate
 from envs.sandbox import SandboxPolicy, as_user, launch, limits, wrap
 from rollfleet.owner import dead_owner, tag
 
 OWNER = "rf."  # every session folder and cgroup: rf.<pid>.<start time>. (rollfleet.owner)
 GROUPS_FILE = "cgroups"  # in the session folder: the session's cgroup folders, one a line
-UID_LOCKS = Path("/run/rollfleet/uids")
+UID_LOCKS = Path("/run/rollfleet/uids.lock")  # byte `uid` locked while a session holds it
 MOUNTS = "rf-mounts"  # in a scratch root: the tmpfs holding the session tmpfs mounts
 # where a sandbox's own tmpfs waits, in the sandbox's mount namespace, while the others go
 STAGE = Path("/run/rollfleet/stage")
@@ -72,10 +76,11 @@ class SessionLease:
         self.uid: int | None = None  # None: commands keep the host process's uid
         self.groups: list[Path] = []
         self.mounts: Path | None = None  # rf-mounts, when the repo is the session's tmpfs
-        self._uid_lock: int | None = None
+        self._uid_held = False
         try:
             if policy.isolate and os.getuid() == 0:
-                self.uid, self._uid_lock = _lease_uid(policy.uid_first, policy.uid_count)
+                self.uid = UIDS.lease(policy.uid_first, policy.uid_count)
+                self._uid_held = True
                 self.repo = _open_mount_point(root, self.home.name)
                 self.mounts = self.repo.parent
                 _mount_tmpfs(self.repo, f"size={policy.disk_mb}m,nr_inodes={policy.disk_files},"
@@ -108,16 +113,16 @@ class SessionLease:
         inner = wrap(argv if holder else as_user(argv, self.uid), self.repo, policy,
                      STAGE if apart else None, capabilities=not holder)
         return launch(inner, self.groups, limits(policy),
-                      (self.repo, self.mounts, STAGE) if apart else None)
+                      (self.repo, TEMPLATE.path(), STAGE) if apart else None)
 
     def close(self) -> None:
         """Kill what is left in the cgroup, unmount, remove the folder, give the uid back."""
         try:
             _release(self.home, self.groups, self.repo if self.mounts else None)
         finally:
-            if self._uid_lock is not None:
-                os.close(self._uid_lock)
-                self._uid_lock = None
+            if self._uid_held:
+                UIDS.release(self.uid)
+                self._uid_held = False
 
 
 def sweep(root: Path) -> list[Path]:
@@ -199,19 +204,54 @@ def _empty(mounts: Path) -> bool:
     return os.stat(mounts).st_nlink <= 2 and not os.listdir(mounts)
 
 
-def _lease_uid(first: int, count: int) -> tuple[int, int]:
-    """A uid of the range no live session holds, and the descriptor that holds its lock."""
-    UID_LOCKS.mkdir(parents=True, exist_ok=True)
-    offset = random.randrange(count)
-    for i in range(count):
-        uid = first + (offset + i) % count
-        fd = os.open(UID_LOCKS / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return uid, fd
-        except BlockingIOError:
-            os.close(fd)
-    raise OSError(errno.EAGAIN, f"all {count} sandbox uids from {first} are in use")
+class UidLocks:
+    """The uids this process's sessions hold, each locked in UID_LOCKS by an open file
+    description lock on its byte: another process's lock on it (or a lock through another
+    open of the file) conflicts, and a process's locks go when it dies. One descriptor for
+    every uid: a file per uid kept one open per session (265 of an actor's 417 at 1,024
+    sessions), and every sandbox start copies and closes the descriptors of the process that
+    starts it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._held: set[int] = set()  # locks of one description never conflict: kept here
+        self._lock = threading.Lock()
+
+    def lease(self, first: int, count: int) -> int:
+        """A uid of the range no live session holds."""
+        with self._lock:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            offset = random.randrange(count)
+            for i in range(count):
+                uid = first + (offset + i) % count
+                if uid not in self._held and _ofd_lock(self._fd, uid, fcntl.F_WRLCK):
+                    self._held.add(uid)
+                    return uid
+        raise OSError(errno.EAGAIN, f"all {count} sandbox uids from {first} are in use")
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            if uid in self._held:
+                _ofd_lock(self._fd, uid, fcntl.F_UNLCK)
+                self._held.discard(uid)
+
+
+def _ofd_lock(fd: int, byte: int, kind: int) -> bool:
+    """Lock (or unlock) one byte without waiting; False if another holds it."""
+    flock = struct.pack("hh4xqqi4x", kind, os.SEEK_SET, byte, 1, 0)  # struct flock, x86-64
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, flock)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+UIDS = UidLocks(UID_LOCKS)
 
 
 def _mount_tmpfs(path: Path, options: str) -> None:
@@ -248,3 +288,6 @@ def _fs_type(path: Path) -> str | None:
 def _mounts(source: str) -> list[Path]:
     """Mount points of the filesystem source `source`."""
     return [point for point, _, src in _mount_table() if src == source]
+
+
+TEMPLATE = MountTemplate(lambda: _mounts(MOUNT_SOURCE))

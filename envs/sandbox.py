@@ -199,11 +199,11 @@ def limits(policy: SandboxPolicy) -> dict[str, int]:
 def launch(argv: list[str], groups: list[Path], rlimits: dict[str, int],
            apart: tuple[Path, Path, Path] | None = None) -> list[str]:
     """`argv` started by the launcher (envs/launch.c): inside the cgroups `groups`, under
-    `rlimits`, and with `apart` = (repo, mounts, stage) in a mount namespace of its own where
-    `mounts` is detached and `repo` bound at `stage`. Not a preexec_fn: with one, Python forks
-    the whole calling process (an actor of some 600 MB: 28 ms of CPU per start, measured here),
-    without one it vforks (0.7 ms). Start it with `start_new_session=True`; the launcher execs
-    `argv`, so the pid is argv's."""
+    `rlimits`, and with `apart` = (repo, template, stage) in a copy of the mount namespace
+    `template` (envs/mount_template.py) with a clone of the mount at `repo` put at `stage`.
+    Not a preexec_fn: with one, Python forks the whole calling process (an actor of some 600
+    MB: 28 ms of CPU per start, measured here), without one it vforks (0.7 ms). Start it with
+    `start_new_session=True`; the launcher execs `argv`, so the pid is argv's."""
     args = [str(launcher_path())]
     for group in groups:
         args += ["--cgroup", str(group)]

@@ -101,8 +101,8 @@ def test_close_gives_everything_back(tmp_path):
         assert stray.wait(timeout=5) == -9
     else:
         stray.kill()
-    with open(UID_LOCKS / str(uid)) as lock:  # the uid is free again
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(UID_LOCKS, "rb+") as other:  # the uid is free again, to any other open file
+        assert lease._ofd_lock(other.fileno(), uid, fcntl.F_WRLCK)
 
 
 def test_the_mounts_folder_goes_with_the_last_session_out(tmp_path):
@@ -138,3 +138,21 @@ def test_session_folders_go_to_a_memory_filesystem_with_room_else_the_temp_folde
     monkeypatch.setattr(lease, "SHM_ROOM", free + 2**30)
     assert lease.scratch_root(None) == Path(tempfile.gettempdir())
     assert lease.scratch_root("/var/tmp/x") == Path("/var/tmp/x")
+
+
+def test_a_uid_is_held_by_one_session_of_any_process_at_a_time(tmp_path):
+    """Two sessions of one process never share a uid; another process can lease none of the
+    held ones while their holder lives, and every one once it is gone."""
+    locks = lease.UidLocks(tmp_path / "uids.lock")
+    held = [locks.lease(70000, 4) for _ in range(4)]
+    assert sorted(held) == [70000, 70001, 70002, 70003]
+    with pytest.raises(OSError, match="all 4 sandbox uids from 70000 are in use"):
+        locks.lease(70000, 4)
+    other = ("import sys; from pathlib import Path; from envs import lease\n"
+             "locks = lease.UidLocks(Path(sys.argv[1]))\n"
+             "try: print(locks.lease(70000, 4))\nexcept OSError as e: print(e)")
+    run = lambda: subprocess.run([sys.executable, "-c", other, str(locks.path)],  # noqa: E731
+                                 cwd=PROJECT, capture_output=True, text=True).stdout.strip()
+    assert run() == "[Errno 11] all 4 sandbox uids from 70000 are in use"
+    locks.release(held[2])
+    assert run() == str(held[2]) and locks.lease(70000, 4) == held[2]
