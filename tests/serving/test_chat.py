@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rollfleet.paths import ROOT
-from serving.chat import ChatRenderer, TemplateError
+from serving.chat import SHORT_CHECKS, ChatRenderer, TemplateError
 from serving.tiny_model import ensure_tiny_glm
 
 MODEL_DIR = ensure_tiny_glm(ROOT / ".cache" / "models")
@@ -52,3 +52,60 @@ def test_a_template_that_rewrites_history_is_refused(renderer):
             renderer.delta_ids(CONVO + [ASSISTANT], RESULT, None, last_sampled=None)
     finally:
         renderer.tokenizer.chat_template = ChatRenderer(MODEL_DIR, False).tokenizer.chat_template
+
+
+def _long_session(turns: int) -> list[tuple[list[dict], list[dict]]]:
+    """(history, new) for each turn of a session: calls, parallel calls, reasoning, a turn
+    without a call and its nudge."""
+    history: list[dict] = list(CONVO)
+    steps = []
+    for n in range(turns):
+        calls = [{"id": f"c{n}{k}", "type": "function", "function": {
+            "name": "submit", "arguments": json.dumps({"n": n, "k": k})}} for k in range(n % 3)]
+        sampled = {"role": "assistant", "content": f"step {n}", "tool_calls": calls}
+        if n % 4 == 1:
+            sampled["reasoning_content"] = f"thinking {n}"
+        new = ([{"role": "tool", "tool_call_id": c["id"], "content": f"out {n}"} for c in calls]
+               or [{"role": "user", "content": "Reply with exactly one tool call."}])
+        history = [*history, sampled]
+        steps.append((history, new))
+        history = history + new
+    return steps
+
+
+def test_a_delta_rendered_after_the_last_turn_alone_is_the_whole_render(renderer):
+    """The short render is trusted once SHORT_CHECKS deltas agreed, and from then on gives
+    what rendering the whole history gives, at every turn of a long session."""
+    fresh = ChatRenderer(MODEL_DIR, enable_thinking=False)
+    whole = ChatRenderer(MODEL_DIR, enable_thinking=False)
+    whole.short_ok = False  # always the whole history
+    steps = _long_session(40)
+    for history, new in steps:
+        assert fresh.delta_ids(history, new, TOOLS, None) == whole.delta_ids(
+            history, new, TOOLS, None)
+    assert fresh.short_ok is True and fresh.short_checks == SHORT_CHECKS
+
+
+def test_a_template_that_looks_further_back_keeps_the_whole_render(renderer):
+    """Tool results numbered by their place in the conversation: rendered after the last turn
+    alone they would be numbered wrong, so every delta renders the whole history."""
+    looks_back = ChatRenderer(MODEL_DIR, enable_thinking=False)
+    looks_back.tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m.role }} {{ loop.index }}>{{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    history, new = _long_session(6)[-1]
+    delta = looks_back.tokenizer.decode(looks_back.delta_ids(history, new, TOOLS, None))
+    assert delta == "".join(f"<{m['role']} {len(history) + 1 + i}>{m['content']}"
+                            for i, m in enumerate(new)) + "<assistant>"
+    assert looks_back.short_ok is False
+
+
+def test_the_first_prompt_is_rendered_per_conversation(renderer):
+    """Samples of one task share their first prompt; another conversation or tool set gets
+    its own."""
+    other = [CONVO[0], {"role": "user", "content": "fix the other thing"}]
+    render = lambda m, t: renderer.encode(renderer._text(m, t, True))  # noqa: E731
+    assert renderer.prompt_ids(CONVO, TOOLS) == renderer.prompt_ids(CONVO, TOOLS) == render(
+        CONVO, TOOLS)
+    assert renderer.prompt_ids(other, TOOLS) == render(other, TOOLS) != render(CONVO, TOOLS)
+    assert renderer.prompt_ids(CONVO, None) == render(CONVO, None) != render(CONVO, TOOLS)
