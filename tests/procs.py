@@ -11,6 +11,15 @@ STARTED_BY_JOB = ("vllm", "EngineCore", "raylet", "gcs_server", "ray::", "wandb-
                   "dynamo", "mooncake", "etcd", "nats-server")
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` runs: a zombie has finished."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"  # the state follows the name, which may hold ")"
+
+
 WORKER_ENV = "PYTEST_XDIST_WORKER"  # pytest-xdist sets it in each worker; children inherit it
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envs import cgroups
+from tests.procs import running
 
 LAYOUT = cgroups.detect()
 pytestmark = pytest.mark.skipif(LAYOUT is None, reason="no writable cgroup hierarchy here")
@@ -68,7 +69,7 @@ def test_the_process_limit_binds_root_and_kill_leaves_nothing(group):
     cgroups.kill(group)
     proc.wait(timeout=5)
     assert not cgroups.members(group)
-    assert not [p for p in members if os.path.exists(f"/proc/{p}") and _state(p) not in "ZX"]
+    assert not [p for p in members if running(p)]
 
 
 def test_memory_over_the_limit_is_killed_in_the_group_alone(group):

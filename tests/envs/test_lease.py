@@ -15,6 +15,7 @@ from envs import EnvConfig, Environment, lease
 from envs.lease import MOUNTS, UID_LOCKS
 from envs.workspace import Workspace
 from rollfleet.owner import start_time
+from tests.procs import running
 
 PROJECT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="quotas, uids and cgroups need root")
@@ -45,14 +46,6 @@ def _repo(home: Path) -> Path:
     return home.parent / MOUNTS / home.name
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
-
-
 def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
     """The owner's session folder under the scratch root, its session elsewhere (found by its
     mount) whose record of cgroups was deleted (found by name), its escaped process."""
@@ -77,13 +70,13 @@ def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
         assert not any(h.exists() or _mounted(_repo(h)) or _repo(h).exists() for h in homes)
         assert not reused.exists() and not any(g.exists() for g in groups)
         if groups:  # the escaped process went with its cgroup
-            assert not _running(stray)
+            assert not running(stray)
         assert all(k.is_dir() for k in kept) and _mounted(live.path)
         assert all(g.is_dir() for g in live.lease.groups)
         assert live.run(["true"], 5, 100).exit_code == 0
     finally:
         live.close()
-        if _running(stray):
+        if running(stray):
             os.kill(stray, 9)
 
 

@@ -15,6 +15,7 @@ from envs import lease
 from envs.mount_template import MountTemplate
 from envs.sandbox import SandboxPolicy, bwrap_available
 from envs.workspace import Workspace
+from tests.procs import running
 
 AS_ROOT = pytest.mark.skipif(os.getuid() != 0 or not bwrap_available(),
                              reason="needs root and bwrap (scripts/setup.sh)")
@@ -28,14 +29,11 @@ def _sources(pid: int) -> list[str]:
 
 def _gone(pid: int, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
-                return True
-        except FileNotFoundError:
-            return True
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return False
+    return True
 
 
 @AS_ROOT

@@ -12,17 +12,7 @@ from serving.process import (
     socket_folder,
     sweep_socket_folders,
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purposes
-        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
-    except OSError:
-        return False
+from tests.procs import running
 
 
 def test_stop_ends_the_whole_group(tmp_path):
@@ -39,7 +29,7 @@ def test_stop_ends_the_whole_group(tmp_path):
     proc.stop(grace_s=2)
     assert not proc.alive()
     time.sleep(0.2)
-    assert not _alive(child)
+    assert not running(child)
 
 
 def test_a_server_dies_with_a_sigkilled_job(tmp_path):
@@ -59,16 +49,16 @@ def test_a_server_dies_with_a_sigkilled_job(tmp_path):
         assert time.time() < deadline and job.poll() is None
         time.sleep(0.05)
     server, folder = int(pidfile.read_text().split()[0]), Path(pidfile.read_text().split()[1])
-    assert _alive(server) and folder.is_dir()
+    assert running(server) and folder.is_dir()
     mine = socket_folder("plane")
     try:
         assert folder not in sweep_socket_folders()  # its owner still runs
         job.kill()
         job.wait()
         deadline = time.time() + 5
-        while _alive(server) and time.time() < deadline:
+        while running(server) and time.time() < deadline:
             time.sleep(0.05)
-        assert not _alive(server)
+        assert not running(server)
         assert folder.is_dir()
         assert folder in sweep_socket_folders() and not folder.exists()
         assert mine.is_dir()
