@@ -43,7 +43,6 @@ class MountTemplate:
             if self._proc is not None:
                 self._proc.stdin.close()
                 self._proc.wait()
-                self._proc.stdout.close()
                 self._proc = None
 
 
@@ -62,6 +61,7 @@ def _start(detach: list[Path]) -> subprocess.Popen:
         err = proc.stderr.read().decode(errors="replace").strip()
         proc.wait()
         raise OSError(f"the mount template did not start: {err or 'no reason given'}")
+    proc.stdout.close()  # it says nothing after "ready"
     proc.stderr.close()
     return proc
 

@@ -81,6 +81,8 @@ class ChatRenderer:
 
     def _delta_text(self, history: list[dict[str, Any]], new: list[dict[str, Any]],
                     tools: list[dict] | None) -> str:
+        # the short render leaves the tools out too (their schemas' `tojson`, every render);
+        # the checks compare it with the whole render, tools included
         if self.short_ok:
             return self._appended(history[-1:], new, None)
         whole = self._appended(history, new, tools)
