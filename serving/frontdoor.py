@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ from serving.toolcall import ToolCallGrammar, TurnTooLong
 
 SESSION_HEADER = "x-dynamo-session-id"  # Dynamo's router reads it; vLLM ignores it
 FINAL_HEADER = "x-dynamo-session-final"  # the session is over: the router drops its binding
+# Dynamo's frontend takes a request's id from this header when it is a UUID (any other value is
+# replaced by a random one) and hands it to the worker, whose log names it.
+REQUEST_ID_HEADER = "x-dynamo-request-id"
+RELEASES = uuid.UUID("5b0c9d0e-8d7e-4c53-9a55-6d3f6c1b7a20")  # the namespace of release ids
 REPLAY_ANNOTATION = "output_replay_id"  # a mocker's trace line to answer with
 # Load shedding: Dynamo's frontend answers 529 when every worker is above the busy threshold
 # (serving.busy_threshold), 429 where a server rate-limits. Nothing was sampled, so the request
@@ -280,10 +285,18 @@ class DynamoFrontDoor(FrontDoor):
 
     async def release(self, session_id: str) -> None:
         """Drop the router's binding now rather than after the idle TTL: a one-token request
-        marked final."""
+        marked final, whose id (`release_request_id`) names its session in the servers' logs
+        and tells it from a turn there."""
         await self._post("/v1/completions", {"model": self.endpoint.model, "prompt": "end",
                                              "max_tokens": 1}, session_id,
-                         {FINAL_HEADER: "true"})
+                         {FINAL_HEADER: "true",
+                          REQUEST_ID_HEADER: str(release_request_id(session_id))})
+
+
+def release_request_id(session_id: str) -> uuid.UUID:
+    """The id of a session's release request: a name-based (version 5) UUID, where the turns'
+    ids are random (version 4) ones the frontend makes."""
+    return uuid.uuid5(RELEASES, session_id)
 
 
 class ReplayFrontDoor(DynamoFrontDoor):

@@ -6,16 +6,19 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 
 import pytest
 from aiohttp import web
 
 from serving import Endpoint, Sampling
 from serving.frontdoor import (
+    REQUEST_ID_HEADER,
     SESSION_HEADER,
     PromptTooLong,
     ServerUnavailable,
     open_front_door,
+    release_request_id,
 )
 from serving.process import free_port
 from serving.toolcall import ToolCallGrammar
@@ -231,6 +234,10 @@ def test_dynamo_release_marks_the_session_final():
 
     asyncio.run(_served(server, lambda door: door.release("run:t/0:0")))
     assert seen[SESSION_HEADER] == "run:t/0:0" and seen["x-dynamo-session-final"] == "true"
+    # its id is the session's own, and tells a release from a turn (random ids) in a log
+    rid = seen[REQUEST_ID_HEADER]
+    assert rid == str(release_request_id("run:t/0:0")) != str(release_request_id("run:t/0:1"))
+    assert uuid.UUID(rid).version == 5
 
 
 def test_an_unknown_front_door_is_refused():
