@@ -32,10 +32,11 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from envs import cgroups
 from envs.mount_template import MountTemplate
-from envs.sandbox import SandboxPolicy, as_user, launch, limits, wrap
+from envs.sandbox import SandboxPolicy, SandboxProcess, as_user, launch, limits, wrap
 from rollfleet.owner import dead_owner, tag
 
 OWNER = "rf."  # every session folder and cgroup: rf.<pid>.<start time>. (rollfleet.owner)
@@ -102,7 +103,14 @@ class SessionLease:
         """Join the session's cgroup (in a child process, before it execs)."""
         cgroups.join(self.groups)
 
-    def command(self, argv: list[str], policy: SandboxPolicy, holder: bool = False) -> list[str]:
+    def start(self, argv: list[str], policy: SandboxPolicy, holder: bool = False,
+              **popen: Any) -> SandboxProcess:
+        """`argv` started as `command` runs it (`popen`: subprocess.Popen's arguments)."""
+        return SandboxProcess(lambda info_fd: self.command(argv, policy, holder, info_fd),
+                              policy.isolate, **popen)
+
+    def command(self, argv: list[str], policy: SandboxPolicy, holder: bool = False,
+                info_fd: int | None = None) -> list[str]:
         """`argv` as this session runs it: in its sandbox on its folder, as its uid, in its
         cgroups, under the policy's rlimits, apart from the other sessions' mounts. `holder`:
         `argv` only holds the sandbox open for a process that enters it later and drops to the
@@ -111,7 +119,7 @@ class SessionLease:
         sessions, perf)."""
         apart = self.mounts is not None and policy.isolate
         inner = wrap(argv if holder else as_user(argv, self.uid), self.repo, policy,
-                     STAGE if apart else None, capabilities=not holder)
+                     STAGE if apart else None, capabilities=not holder, info_fd=info_fd)
         return launch(inner, self.groups, limits(policy),
                       (self.repo, TEMPLATE.path(), STAGE) if apart else None)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -26,8 +27,10 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from envs.launcher import launcher_path
 from rollfleet.paths import ROOT
@@ -102,11 +105,13 @@ def bwrap_available() -> bool:
 
 
 def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy,
-         source: Path | None = None, capabilities: bool = True) -> list[str]:
+         source: Path | None = None, capabilities: bool = True,
+         info_fd: int | None = None) -> list[str]:
     """The bwrap command line that runs `argv` in `workdir` under `policy`; `source`: the
     folder bound at `workdir` (default: `workdir` itself). bwrap started as root leaves `argv`
     root's capabilities (`as_user` needs them to switch users); `capabilities=False` drops
-    them all, for a command that stays root."""
+    them all, for a command that stays root. `info_fd`: where bwrap says which host process
+    is the sandbox's init (SandboxProcess)."""
     if not policy.isolate:
         return argv
     if not bwrap_available():
@@ -119,6 +124,8 @@ def wrap(argv: list[str], workdir: Path, policy: SandboxPolicy,
             *_system_binds(policy.system, hidden), "--dev", "/dev", "--proc", "/proc"]
     if not capabilities:
         args += ["--cap-drop", "ALL"]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     for keep in policy.expose:  # an interpreter outside the system folders and hidden ones
         if os.path.isdir(keep) and not any(keep == d or _under(keep, d)
                                            for d in (*policy.system, *hidden)):
@@ -223,11 +230,55 @@ def give_to_sandbox(path: Path, uid: int | None) -> None:
             os.lchown(os.path.join(root, name), uid, uid)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Kill a sandbox's process group and wait until nothing in it runs. bwrap's child is the
-    sandbox's PID-namespace init: it exits only once every process in the namespace is gone,
-    so waiting for it means nothing is left."""
-    inner = _children(proc.pid)
+class SandboxProcess(subprocess.Popen):
+    """A sandbox's outer process (the launcher, exec'd into bwrap) that knows the sandbox's
+    init. bwrap's child is the PID-namespace init, which exits only once every process in the
+    namespace is gone. bwrap itself exits as soon as the command does, while its init may still
+    be killing what the command left (a fork bomb's thousands), and once bwrap is gone its
+    list of children no longer names the init: so bwrap says which process it is, on a pipe
+    (`--info-fd`), as it starts it."""
+
+    def __init__(self, command: Callable[[int | None], list[str]], isolated: bool,
+                 **popen: Any) -> None:
+        """`command(info_fd)`: the command line, bwrap's told to report on `info_fd` (None when
+        not `isolated`: no bwrap, nothing reports and nothing is handed down)."""
+        read, write = os.pipe() if isolated else (None, None)
+        try:
+            fds = (*popen.pop("pass_fds", ()), *([write] if write is not None else []))
+            super().__init__(command(write), pass_fds=fds, **popen)
+        except BaseException:
+            if read is not None:
+                os.close(read)
+            raise
+        finally:
+            if write is not None:
+                os.close(write)
+        self._report = read
+        self._init: int | None = None
+
+    def init_pid(self) -> int | None:
+        """The host pid of the sandbox's init once bwrap has said it; None before, or when
+        bwrap failed before starting one."""
+        if self._init is None and self._report is not None:
+            os.set_blocking(self._report, False)
+            with contextlib.suppress(BlockingIOError):
+                said = re.search(rb'"child-pid": (\d+)', os.read(self._report, 4096))
+                if said:
+                    self._init = int(said.group(1))
+                    self.close_report()
+        return self._init
+
+    def close_report(self) -> None:
+        if self._report is not None:
+            os.close(self._report)
+            self._report = None
+
+
+def stop(proc: SandboxProcess) -> None:
+    """Kill a sandbox's process group and wait until nothing in it runs: until its init has
+    exited (bwrap's child while bwrap runs, if it never said)."""
+    inner = [pid] if (pid := proc.init_pid()) is not None else _children(proc.pid)
+    proc.close_report()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

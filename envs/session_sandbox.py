@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from envs.lease import SessionLease
-from envs.sandbox import SandboxPolicy, setup_failure, stop
+from envs.sandbox import SandboxPolicy, SandboxProcess, setup_failure, stop
 
 SERVER_SOURCE = (Path(__file__).with_name("exec_server.py")).read_text()
 REPLY_GRACE_S = 10.0  # past a command's timeout, the server's answer is overdue: it is stuck
@@ -33,7 +33,7 @@ class SessionSandbox:
     def __init__(self, lease: SessionLease, policy: SandboxPolicy) -> None:
         self.lease, self.policy = lease, policy
         self.workdir, self.home = lease.repo, lease.home
-        self._proc: subprocess.Popen | None = None
+        self._proc: SandboxProcess | None = None
         self._sock: socket.socket | None = None
 
     def run(self, argv: list[str], env: dict[str, str], timeout_s: float,
@@ -64,8 +64,8 @@ class SessionSandbox:
         host, inner = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-I", "-S", "-c", SERVER_SOURCE, str(inner.fileno())]
         with open(self.home / "exec-server.log", "ab") as log:
-            self._proc = subprocess.Popen(
-                self.lease.command(argv, self.policy),
+            self._proc = self.lease.start(
+                argv, self.policy,
                 cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(inner.fileno(),), start_new_session=True)
         inner.close()

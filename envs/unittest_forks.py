@@ -25,7 +25,14 @@ import threading
 from pathlib import Path
 
 from envs.lease import SessionLease
-from envs.sandbox import SandboxFailure, SandboxPolicy, limits, stop, wait_exit
+from envs.sandbox import (
+    SandboxFailure,
+    SandboxPolicy,
+    SandboxProcess,
+    limits,
+    stop,
+    wait_exit,
+)
 
 SERVER_SOURCE = Path(__file__).with_name("unittest_fork_server.py").read_text()
 # The server's own environment: a run is forked only where its environment agrees on every
@@ -76,9 +83,9 @@ class UnittestForks:
             env: dict[str, str], timeout_s: float, out: int) -> tuple[int | None, bool]:
         """(exit status, or None at the timeout; timed out) of `argv` run in a new sandbox of
         `lease`, its output on `out`. SandboxFailure when the sandbox or the fork failed."""
-        holder = subprocess.Popen(lease.command(["cat"], policy, holder=True), cwd=lease.repo,
-                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=out, start_new_session=True)
+        holder = lease.start(["cat"], policy, holder=True, cwd=lease.repo, env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out,
+                             start_new_session=True)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         reply, parent = b"", None  # the run's parent: the server's child that forked it
         try:
@@ -115,7 +122,7 @@ class UnittestForks:
             raise SandboxFailure(f"entering the sandbox: {reply[6:].decode(errors='replace')}")
         return int(reply), False
 
-    def _ready(self, holder: subprocess.Popen) -> int | None:
+    def _ready(self, holder: SandboxProcess) -> int | None:
         """The host pid of the sandbox's init once bwrap has set the sandbox up; None if it
         could not (it said why on the run's output)."""
         holder.stdin.write(b".")
@@ -128,10 +135,10 @@ class UnittestForks:
         if not os.read(fd, 1):
             holder.wait()
             return None
-        children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()
-        if len(children) != 1:
-            raise SandboxFailure(f"the sandbox's bwrap has {len(children)} children, not its init")
-        return int(children[0])
+        init = holder.init_pid()
+        if init is None:
+            raise SandboxFailure("the sandbox's bwrap did not say which process is its init")
+        return init
 
     def _send(self, message: bytes, fds: list[int]) -> None:
         """To the server, started (again) if it is not running."""

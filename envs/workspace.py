@@ -279,7 +279,7 @@ class Workspace:
         if (self.policy.warm_unittest and self.policy.isolate and self.lease.uid is not None
                 and FORKS.serves(argv, env, self.path)):
             return FORKS.run(self.lease, self.policy, argv, env, timeout_s, out.fileno())
-        proc = subprocess.Popen(self.lease.command(argv, self.policy), cwd=self.path, env=env,
+        proc = self.lease.start(argv, self.policy, cwd=self.path, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:

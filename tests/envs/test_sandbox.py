@@ -15,6 +15,7 @@ import pytest
 from envs import EnvConfig, load
 from envs.sandbox import SandboxFailure, SandboxPolicy, stop, wait_exit
 from envs.workspace import Workspace
+from tests.procs import running
 
 PROJECT = Path(__file__).resolve().parents[2]
 TASK = PROJECT / "envs" / "tasks" / "mini_swe" / "stack_pop"
@@ -159,6 +160,25 @@ def test_fork_bomb_is_contained(ws):
     assert _processes_of(ws.lease.uid) <= before
 
 
+@AS_ROOT
+def test_stop_waits_for_the_init_bwrap_names_after_bwrap_is_gone(ws):
+    """bwrap exits as soon as the command does, while the namespace's init may still be killing
+    what the command left: stop() waits on the init that bwrap reported as it started it (pid 1
+    of the sandbox's namespace, bwrap's child), found even once bwrap is gone."""
+    proc = ws.lease.start(["bash", "-c", "for i in $(seq 20); do sleep 30 & done; read"],
+                          ws.policy, cwd=ws.path, stdin=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while (init := proc.init_pid()) is None or len(_processes_of(ws.lease.uid)) < 21:
+        assert time.monotonic() < deadline, "bwrap never said which process is its init"
+        time.sleep(0.01)
+    status = Path(f"/proc/{init}/status").read_text()
+    assert f"PPid:\t{proc.pid}\n" in status and "\t1\n" in status.split("NSpid:")[1]
+    proc.stdin.close()  # the command ends by itself; its 20 sleepers are left to the init
+    assert wait_exit(proc.pid, 10)
+    stop(proc)
+    assert not running(init) and _processes_of(ws.lease.uid) == set()
+
+
 def _processes_of(uid: int) -> set[int]:
     out = subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout
     return {int(pid) for pid in out.split()}
@@ -276,8 +296,7 @@ def test_other_sessions_mounts_are_not_in_the_sandbox(ws, tmp_path):
 def _mounts_bwrap_starts_from(ws) -> int:
     """Lines of the mount table of the namespace a session's bwrap starts in (the chain of
     execs before it keeps the pid: the pid is bwrap's once it runs)."""
-    proc = subprocess.Popen(ws.lease.command(["sleep", "10"], ws.policy), cwd=ws.path,
-                            start_new_session=True)
+    proc = ws.lease.start(["sleep", "10"], ws.policy, cwd=ws.path, start_new_session=True)
     try:
         deadline = time.monotonic() + 5
         while Path(f"/proc/{proc.pid}/comm").read_text().strip() != "bwrap":
@@ -334,7 +353,7 @@ def test_a_sandbox_that_cannot_start_is_a_sandbox_failure(persistent, monkeypatc
     harness failed, not the agent."""
     bwrap_says = "echo 'bwrap: Creating new namespace failed: No space left on device' >&2; exit 1"
     monkeypatch.setattr("envs.lease.wrap",
-                        lambda argv, workdir, policy, source, capabilities=True: [
+                        lambda argv, workdir, policy, source, capabilities=True, info_fd=None: [
                             "sh", "-c", bwrap_says])
     w = Workspace(lambda dest: None, policy=replace(POLICY, persistent=persistent))
     try:
