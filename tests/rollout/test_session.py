@@ -154,7 +154,8 @@ def test_every_prompt_is_the_last_one_plus_what_was_sampled_plus_the_new_message
     for prev, turn in zip(turns, turns[1:], strict=False):
         seen = prev["prompt_token_ids"] + prev["completion_token_ids"]
         assert turn["prompt_token_ids"][:len(seen)] == seen
-        delta = RENDERER.tokenizer.decode(turn["prompt_token_ids"][len(seen):])
+        delta = RENDERER.tokenizer.decode(turn["prompt_token_ids"][len(seen):],
+                                           skip_special_tokens=False)
         output = prev["tool_calls"][0]["output"]
         # the sampled <|observation|> opens the tool results: it is not rendered again
         assert delta == f"\n<tool_response>{output}</tool_response><|assistant|>\n<think></think>"
@@ -190,7 +191,7 @@ def test_turn_limit_still_scores_the_final_state():
 
 def test_calls_that_cannot_be_read_as_sampled_are_not_run():
     bad_bytes = RENDERER.encode("<tool_call>bash<arg_key>command</arg_key><arg_value>echo ")
-    bad_bytes += [RENDERER.tokenizer.convert_tokens_to_ids("Â")]  # a lead byte, no char
+    bad_bytes += [RENDERER.tokenizer.token_to_id("Â")]  # a lead byte, no char
     bad_bytes += RENDERER.encode("</arg_value></tool_call><|observation|>")
     rec, _ = run([call("nope"), bad_bytes, call("submit")])
     calls = [c for t in rec["turns"] for c in t["tool_calls"]]
@@ -204,7 +205,7 @@ def test_no_call_gets_a_nudge_rendered_after_the_sampled_stop():
     rec, door = run(["I am done.<|user|>", call("submit")])
     assert rec["turns"][0]["content"] == "I am done."
     seen = rec["turns"][0]["prompt_token_ids"] + rec["turns"][0]["completion_token_ids"]
-    delta = RENDERER.tokenizer.decode(door.prompts[1][len(seen):])
+    delta = RENDERER.tokenizer.decode(door.prompts[1][len(seen):], skip_special_tokens=False)
     assert delta.startswith("\nNo valid tool call")  # <|user|> was sampled, not re-rendered
 
 
@@ -220,7 +221,7 @@ def test_server_failures_end_the_session(error, status, stop):
 
 
 def test_a_broken_sandbox_is_an_infra_error_never_a_zero(monkeypatch):
-    def broken(argv, workdir, policy, source, capabilities=True):
+    def broken(argv, workdir, policy, source, capabilities=True, info_fd=None):
         return ["bwrap", "--no-such-option", "--", *argv]
 
     monkeypatch.setattr(envs.lease, "wrap", broken)  # both sandbox paths build their command there
