@@ -22,6 +22,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
+from serving.chat_template import ChatTemplate
 from serving.token_bytes import TokenBytes
 
 log = logging.getLogger(__name__)
@@ -37,25 +40,25 @@ class ChatRenderer:
     """Renders prompts and prompt deltas as token ids; maps sampled ids back to their bytes."""
 
     def __init__(self, model_dir: Path, enable_thinking: bool) -> None:
-        from transformers import AutoTokenizer  # heavy import: only where prompts are made
-
         self.model_dir = Path(model_dir)
         self.enable_thinking = enable_thinking
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        self.template = ChatTemplate.of_model(self.model_dir)
+        self.tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        self.tokenizer.no_truncation()  # what transformers' encode does when not asked to cut
+        self.tokenizer.no_padding()
         self.bytes = TokenBytes(self.model_dir / "tokenizer.json")
-        self.added = {t.content: i for i, t in self.tokenizer.added_tokens_decoder.items()}
+        self.added = {t.content: i for i, t in self.tokenizer.get_added_tokens_decoder().items()}
         self.short_checks = 0  # deltas whose short and whole renders agreed so far
         self.short_ok: bool | None = None  # None: not known yet
         self._first = functools.lru_cache(maxsize=FIRST_PROMPTS)(self._first_ids)
 
     def _text(self, messages: list[dict[str, Any]], tools: list[dict] | None,
               generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False,
-            add_generation_prompt=generation_prompt, enable_thinking=self.enable_thinking)
+        return self.template.render(messages, tools or None, generation_prompt,
+                                    enable_thinking=self.enable_thinking)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
         """The first prompt: the whole conversation so far, then the generation prompt."""
@@ -74,7 +77,7 @@ class ChatRenderer:
         turn with `<|observation|>`, which also opens the tool results), it is not repeated.
         """
         delta = self._delta_text(history, new, tools)
-        opener = self.tokenizer.convert_ids_to_tokens(last_sampled) if last_sampled else None
+        opener = self.tokenizer.id_to_token(last_sampled) if last_sampled else None
         if opener in self.added and delta.startswith(opener):
             delta = delta[len(opener):]
         return self.encode(delta)
@@ -114,5 +117,5 @@ class ChatRenderer:
 
 @functools.lru_cache(maxsize=4)
 def chat_renderer(model_dir: str, enable_thinking: bool) -> ChatRenderer:
-    """One renderer per model folder and process (loading a tokenizer takes a second)."""
+    """One renderer per model folder and process."""
     return ChatRenderer(Path(model_dir), enable_thinking)

@@ -6,6 +6,7 @@ import pytest
 
 from rollfleet.paths import ROOT
 from serving.chat import SHORT_CHECKS, ChatRenderer, TemplateError
+from serving.chat_template import ChatTemplate
 from serving.tiny_model import ensure_tiny_glm
 
 MODEL_DIR = ensure_tiny_glm(ROOT / ".cache" / "models")
@@ -24,34 +25,33 @@ def renderer():
 
 def test_the_first_prompt_is_the_template_rendered_and_tokenized(renderer):
     ids = renderer.prompt_ids(CONVO, TOOLS)
-    text = renderer.tokenizer.decode(ids)
+    text = renderer.tokenizer.decode(ids, skip_special_tokens=False)
     assert text.startswith("[gMASK]<sop><|system|>\n# Tools") and json.dumps(
         TOOLS[0]["function"]) in text
     assert text.endswith("<|user|>\nfix it<|assistant|>\n<think></think>")
 
 
 def test_a_sampled_turn_end_that_opens_the_next_message_is_not_repeated(renderer):
-    observation = renderer.tokenizer.convert_tokens_to_ids("<|observation|>")
+    observation = renderer.tokenizer.token_to_id("<|observation|>")
     delta = renderer.delta_ids(CONVO + [ASSISTANT], RESULT, TOOLS, last_sampled=observation)
-    assert renderer.tokenizer.decode(delta) == (
+    assert renderer.tokenizer.decode(delta, skip_special_tokens=False) == (
         "\n<tool_response>submitted</tool_response><|assistant|>\n<think></think>")
 
 
 def test_a_turn_cut_off_or_ended_otherwise_gets_the_whole_opener(renderer):
-    for last in (renderer.encode("x")[0], renderer.tokenizer.convert_tokens_to_ids("<|user|>"),
+    for last in (renderer.encode("x")[0], renderer.tokenizer.token_to_id("<|user|>"),
                  None):
         delta = renderer.delta_ids(CONVO + [ASSISTANT], RESULT, TOOLS, last_sampled=last)
-        assert renderer.tokenizer.decode(delta).startswith("<|observation|>\n<tool_response>")
+        text = renderer.tokenizer.decode(delta, skip_special_tokens=False)
+        assert text.startswith("<|observation|>\n<tool_response>")
 
 
 def test_a_template_that_rewrites_history_is_refused(renderer):
-    renderer.tokenizer.chat_template = (
-        "{% for m in messages %}{{ m.role }}{{ messages | length }}{% endfor %}")
-    try:
-        with pytest.raises(TemplateError, match="append-only template"):
-            renderer.delta_ids(CONVO + [ASSISTANT], RESULT, None, last_sampled=None)
-    finally:
-        renderer.tokenizer.chat_template = ChatRenderer(MODEL_DIR, False).tokenizer.chat_template
+    rewrites = ChatRenderer(MODEL_DIR, enable_thinking=False)
+    rewrites.template = ChatTemplate(
+        {"default": "{% for m in messages %}{{ m.role }}{{ messages | length }}{% endfor %}"}, {})
+    with pytest.raises(TemplateError, match="append-only template"):
+        rewrites.delta_ids(CONVO + [ASSISTANT], RESULT, None, last_sampled=None)
 
 
 def _long_session(turns: int) -> list[tuple[list[dict], list[dict]]]:
@@ -90,11 +90,12 @@ def test_a_template_that_looks_further_back_keeps_the_whole_render(renderer):
     """Tool results numbered by their place in the conversation: rendered after the last turn
     alone they would be numbered wrong, so every delta renders the whole history."""
     looks_back = ChatRenderer(MODEL_DIR, enable_thinking=False)
-    looks_back.tokenizer.chat_template = (
+    looks_back.template = ChatTemplate({"default": (
         "{% for m in messages %}<{{ m.role }} {{ loop.index }}>{{ m.content }}{% endfor %}"
-        "{% if add_generation_prompt %}<assistant>{% endif %}")
+        "{% if add_generation_prompt %}<assistant>{% endif %}")}, {})
     history, new = _long_session(6)[-1]
-    delta = looks_back.tokenizer.decode(looks_back.delta_ids(history, new, TOOLS, None))
+    delta = looks_back.tokenizer.decode(looks_back.delta_ids(history, new, TOOLS, None),
+                                        skip_special_tokens=False)
     assert delta == "".join(f"<{m['role']} {len(history) + 1 + i}>{m['content']}"
                             for i, m in enumerate(new)) + "<assistant>"
     assert looks_back.short_ok is False
