@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.toolcall.ebnf import UnsupportedSchema
+from serving.toolcall.tag_ebnf import structural_tag_ebnf
 from serving.toolcall.values import Caps, ValueGrammar, merge_schemas, resolve
 
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
@@ -88,9 +89,7 @@ class ToolCallGrammar:
     def ebnf(self) -> str:
         """The same grammar as xgrammar EBNF (token elements included), for front doors that
         take a grammar but not a structural tag (Dynamo's `guided_grammar`)."""
-        import xgrammar
-
-        return str(xgrammar.Grammar.from_structural_tag(self.json()))
+        return structural_tag_ebnf(self.structural_tag)
 
 
 def tool_parameters(tool: dict) -> dict:
