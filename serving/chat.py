@@ -46,7 +46,7 @@ class ChatRenderer:
         self.tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
         self.tokenizer.no_truncation()  # what transformers' encode does when not asked to cut
         self.tokenizer.no_padding()
-        self.bytes = TokenBytes(self.model_dir / "tokenizer.json")
+        self.bytes = TokenBytes(self.tokenizer)
         self.added = {t.content: i for i, t in self.tokenizer.get_added_tokens_decoder().items()}
         self.short_checks = 0  # deltas whose short and whole renders agreed so far
         self.short_ok: bool | None = None  # None: not known yet

@@ -7,8 +7,6 @@ calls needs the sampled bytes themselves.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tokenizers import Tokenizer
 
 
@@ -29,8 +27,7 @@ def _byte_alphabet() -> dict[str, int]:
 class TokenBytes:
     """`table[token_id]` -> bytes; special tokens map to their text."""
 
-    def __init__(self, tokenizer_json: Path) -> None:
-        tok = Tokenizer.from_file(str(tokenizer_json))
+    def __init__(self, tok: Tokenizer) -> None:
         alphabet = _byte_alphabet()
         special = {t.content for t in tok.get_added_tokens_decoder().values()}
         self.table: dict[int, bytes] = {}

@@ -7,7 +7,7 @@ def test_token_bytes_rebuild_split_characters_exactly(tmp_path):
 
     model = ensure_tiny_glm(tmp_path / "models")
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
-    table = TokenBytes(model / "tokenizer.json")
+    table = TokenBytes(tok)
     text = "naïve café — 漢字 ✓ <tool_call>x</tool_call>"
     ids = tok.encode(text, add_special_tokens=False).ids
     pieces = [table[i] for i in ids]

@@ -12,7 +12,7 @@ import xgrammar as xgr
 
 from envs.tools import tool_schemas
 from serving.toolcall import build_grammar
-from serving.toolcall.tag_ebnf import structural_tag_ebnf
+from serving.toolcall.tag_ebnf import _LEXEME, structural_tag_ebnf
 
 TOOLSETS = sorted((Path(__file__).parents[1] / "data" / "toolsets").glob("*.json"))
 
@@ -43,9 +43,6 @@ def test_the_ebnf_is_xgrammars_grammar_of_the_tag(name, tools, token_ids):
     assert checked >= len(choices)
 
 
-LEXEME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\"(?:\\.|[^\"\\])*\"|\[(?:\\.|[^\]\\])*\]")
-
-
 def _canonical(grammar: str) -> list[str]:
     """The grammar's rules in the order a walk from the root first meets them, each named by
     that place, ExcludeToken's ids in one order.
@@ -65,13 +62,13 @@ def _canonical(grammar: str) -> list[str]:
     while len(place) < len(order):
         name = order[len(place)]
         place[name] = f"R{len(place)}"
-        for m in LEXEME.finditer(rules[name][1]):
+        for m in _LEXEME.finditer(rules[name][1]):
             if m.group(0) in rules and m.group(0) not in order:
                 order.append(m.group(0))
     out = []
     for name in order:
         attrs, body = rules[name]
-        body = LEXEME.sub(lambda m: place.get(m.group(0), m.group(0)), body)
+        body = _LEXEME.sub(lambda m: place.get(m.group(0), m.group(0)), body)
         body = re.sub(r"ExcludeToken\(([\d, ]+)\)", lambda m: "ExcludeToken({})".format(
             ", ".join(sorted(m.group(1).split(", "), key=int))), body)
         out.append(f"{place[name]}{'[' + attrs if attrs else ''} ::= {body}")
