@@ -195,10 +195,9 @@ class Monitor(threading.Thread):
                                         for th in p.threads()}
                 rss[r] = rss.get(r, 0.0) + p.memory_info().rss
         self.host_cpu1 = psutil.cpu_times()
-        cum: dict[str, float] = {"host": _busy(self.host_cpu1)}
-        for r, own in self.cpu.values():
-            cum[r] = cum.get(r, 0.0) + own
-        self.series.append({"t": time.time(), "rss": rss, "shmem": _shmem(), "cpu": cum,
+        self.series.append({"t": time.time(), "rss": rss, "shmem": _shmem(),
+                            "host_cpu": _busy(self.host_cpu1),
+                            "pid_cpu": {pid: own for pid, (_, own) in self.cpu.items()},
                             "sandbox_processes": sandboxes, "actor_threads": threads})
         for name, url in self.scrape.items():
             with contextlib.suppress(httpx.HTTPError):
@@ -235,11 +234,16 @@ class Monitor(threading.Thread):
         inside = [s for s in self.series if a <= s["t"] <= b and s["actor_threads"]]
         if len(inside) < 2:
             return {}
-        first, last = inside[0], inside[-1]
-        dt = last["t"] - first["t"]
+        last = inside[-1]
         procs, busiest, waits = [], [], []
         for pid, tids in last["actor_threads"].items():
-            before = first["actor_threads"].get(pid, {})
+            # from the first sample that read it as an actor: one read otherwise before then
+            # counted its whole life's CPU in the window
+            first = next(s for s in inside if pid in s["actor_threads"])
+            dt = last["t"] - first["t"]
+            if dt <= 0:
+                continue
+            before = first["actor_threads"][pid]
             used = {tid: (cpu - before.get(tid, (0.0, 0.0))[0],
                           wait - before.get(tid, (0.0, 0.0))[1])
                     for tid, (cpu, wait) in tids.items()}
@@ -247,6 +251,8 @@ class Monitor(threading.Thread):
             top = max(used.values())
             busiest.append(top[0] / dt)
             waits.append(top[1] / dt)
+        if not procs:
+            return {}
         return {"per_actor_cores_max": round(max(procs), 2),
                 "busiest_thread_cores_max": round(max(busiest), 2),
                 # the share of time that thread was ready to run but waited for a CPU
@@ -256,13 +262,21 @@ class Monitor(threading.Thread):
         return _busy(self.host_cpu1) - _busy(self.host_cpu0)
 
     def cores_in(self, a: float, b: float) -> dict[str, float]:
-        """Cores busy over [a, b] by role; `sandboxes and the rest`: the host's beyond them."""
+        """Cores busy over [a, b] by role; `sandboxes and the rest`: the host's beyond them.
+
+        Each process counts under the role it ended with, as in `cpu_by_role`: a Ray worker
+        reads `ray::IDLE` until it becomes an actor, and moving its CPU so far from one role to
+        the other inside the window made Ray's share negative and the actors' too large."""
         inside = [s for s in self.series if a <= s["t"] <= b]
         if len(inside) < 2:
             return {}
         first, last = inside[0], inside[-1]
         dt = last["t"] - first["t"]
-        out = {r: (v - first["cpu"].get(r, 0.0)) / dt for r, v in last["cpu"].items()}
+        out = {r: 0.0 for r, _ in self.cpu.values()}
+        for pid, own in last["pid_cpu"].items():
+            r = self.cpu[pid][0]
+            out[r] += (own - first["pid_cpu"].get(pid, 0.0)) / dt
+        out["host"] = (last["host_cpu"] - first["host_cpu"]) / dt
         out["sandboxes and the rest"] = out["host"] - sum(
             v for r, v in out.items() if r != "host")
         return {r: round(v, 2) for r, v in out.items()}
