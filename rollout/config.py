@@ -24,6 +24,7 @@ from rollout.tracking import LoggerConfig
 from serving import PAUSE_MODES, ModelConfig, ServingConfig
 
 T = TypeVar("T")
+STALE_GROUPS = ("drop", "resample")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class RolloutConfig:
     update_mode: str = field(default="wait", metadata={"choices": PAUSE_MODES})
     max_policy_lag: int | None = None
     stale_sessions: str = field(default="end", metadata={"choices": ("end", "keep")})
+    # how old a group may be when the trainer takes it (the served version minus its oldest
+    # token's; null: any); an older one is dropped, or dropped and its task sampled again
+    # (rollout/loop.py)
+    max_off_policy_steps: int | None = None
+    stale_groups: str = field(default="drop", metadata={"choices": STALE_GROUPS})
 
     def limits(self) -> SessionLimits:
         return SessionLimits(self.max_turns, self.max_tokens_per_turn, self.max_total_tokens,

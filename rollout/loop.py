@@ -8,10 +8,13 @@
 
 The fleet (engines, the KV tier, Ray actors) starts once. Sampling goes on in the background
 while the trainer trains: a new group starts only while fewer than `ahead` groups wait for the
-trainer, so no group starts more than about `ahead / groups per step` versions ahead of the
 trainer, and `rollout.max_policy_lag` bounds how many versions a session may outlive (it is
-ended, or kept and marked stale). A group's records carry the version of every turn; `mixed`
-says when they are not all one version. Records land in the run folder as in any run.
+ended, or kept and marked stale). `max_off_policy_steps=k` bounds how old a group may be when the
+trainer takes it: a group whose oldest token is more than k versions behind the served one is
+never handed over; it is dropped, or dropped and its task sampled again (`stale_groups`), and
+counted (`group_stats`). A group's records carry the version and the behaviour logprob of every
+token; `mixed` says when they are not all one version. Records land in the run folder as in any
+run.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import contextlib
 import logging
 import queue
 import threading
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +33,11 @@ import ray
 from omegaconf import DictConfig, OmegaConf
 
 from envs import load
-from rollfleet.cli import compose
+from rollfleet.cli import ConfigError, compose
 from rollfleet.paths import cache_dir
 from rollfleet.run_dir import RunDir
 from rollout.admission import FixedWindow, KvBudget
-from rollout.config import SCHEMAS, config_hash, register_schemas, validate
+from rollout.config import SCHEMAS, STALE_GROUPS, config_hash, register_schemas, validate
 from rollout.model_client import check_sampling
 from rollout.policy_fence import remote_board
 from rollout.policy_update import update_policy
@@ -54,10 +57,21 @@ class Group:
 
     group_id: str
     records: list[dict[str, Any]]
+    lag: int = 0  # versions between its oldest token and the served policy when handed over
+
+    @property
+    def task_id(self) -> str:
+        return self.records[0]["task_id"]
 
     @property
     def versions(self) -> list[int]:
         return sorted({v for r in self.records for v in r["policy_versions"]})
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The version of its oldest token (None: no record sampled a token)."""
+        versions = self.versions
+        return versions[0] if versions else None
 
     @property
     def mixed(self) -> bool:
@@ -68,14 +82,30 @@ class Group:
         return [r["reward"] for r in self.records]
 
 
+@dataclass
+class GroupStats:
+    """What became of the finished groups: handed to the trainer (by lag), or too old."""
+
+    handed: int = 0
+    dropped: int = 0  # older than max_off_policy_steps when the trainer asked
+    resampled: int = 0  # of those, tasks started again
+    lags: Counter = field(default_factory=Counter)  # lag -> groups handed over with it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"handed": self.handed, "dropped": self.dropped, "resampled": self.resampled,
+                "lags": {str(k): v for k, v in sorted(self.lags.items())}}
+
+
 class GroupSource(JobSource):
-    """Groups of `samples` jobs, task after task, round after round; a group starts only
-    while fewer than `ahead` started groups wait for the trainer."""
+    """Groups of `samples` jobs, task after task, round after round (a task sampled again goes
+    first); a group starts only while fewer than `ahead` started groups wait for the
+    trainer."""
 
     def __init__(self, tasks: list[str], samples: int, ahead: int) -> None:
         self.tasks, self.samples, self.ahead = tasks, samples, ahead
-        self.started = self.taken = 0
+        self.started = self.taken = self.fresh = 0
         self.jobs: list[Job] = []
+        self.again: list[str] = []
         self.stopped = False
         self.lock = threading.Lock()
 
@@ -86,11 +116,20 @@ class GroupSource(JobSource):
             if not self.jobs:
                 if self.started - self.taken >= self.ahead:
                     return None
-                group, task = self.started, self.tasks[self.started % len(self.tasks)]
+                if self.again:
+                    task = self.again.pop(0)
+                else:
+                    task, self.fresh = self.tasks[self.fresh % len(self.tasks)], self.fresh + 1
+                group = self.started
                 self.jobs = [Job(task, group * self.samples + i, group=group)
                              for i in reversed(range(self.samples))]
                 self.started += 1
             return self.jobs.pop()
+
+    def resample(self, task: str) -> None:
+        """Start a group of `task` again, before any new task."""
+        with self.lock:
+            self.again.append(task)
 
     def finished(self) -> bool:
         return self.stopped
@@ -109,10 +148,14 @@ class Rollouts:
     """The fleet, the sessions and the run folder of one RL run (see the module docstring).
 
     `overrides` are the job's Hydra overrides (`+experiment=rl_loop`, `serving=kv_routed`, ...);
-    `ahead`: groups that may wait for the trainer (default: the samples of two steps)."""
+    `ahead`: groups that may wait for the trainer (default: the samples of two steps);
+    `max_off_policy_steps`, `stale_groups`: the lag bound at hand-over and what becomes of an
+    older group (default: rollout.max_off_policy_steps, rollout.stale_groups)."""
 
     def __init__(self, overrides: list[str] | DictConfig, groups_per_step: int = 4,
-                 ahead: int | None = None, run_dir: Path | None = None) -> None:
+                 ahead: int | None = None, run_dir: Path | None = None,
+                 max_off_policy_steps: int | None = None,
+                 stale_groups: str | None = None) -> None:
         """`overrides`: Hydra overrides, or a config already composed (rollout.run's);
         `run_dir`: the run folder (default: output.dir)."""
         register_schemas()
@@ -120,6 +163,17 @@ class Rollouts:
             self.cfg, self.groups_cfg = overrides, validate(overrides)
         else:
             self.cfg, self.groups_cfg = compose("config", overrides, SCHEMAS)
+        rollout = self.groups_cfg["rollout"]
+        self.max_off_policy_steps = (rollout.max_off_policy_steps if max_off_policy_steps is None
+                                     else max_off_policy_steps)
+        self.stale_groups = stale_groups or rollout.stale_groups
+        if self.max_off_policy_steps is not None and self.max_off_policy_steps < 0:
+            raise ConfigError(f"max_off_policy_steps must be >= 0 or null, got "
+                              f"{self.max_off_policy_steps}")
+        if self.stale_groups not in STALE_GROUPS:
+            raise ConfigError(f"stale_groups must be one of {STALE_GROUPS}, got "
+                              f"{self.stale_groups!r}")
+        self.group_stats = GroupStats()
         self.groups_per_step = groups_per_step
         self.ahead = ahead or 2 * groups_per_step
         self.run = RunDir((run_dir or Path(self.cfg.output.dir)).absolute())
@@ -209,19 +263,41 @@ class Rollouts:
     # -- what a trainer calls -------------------------------------------------------------------
 
     def next_groups(self, n: int, timeout_s: float | None = None) -> list[Group]:
-        """The next `n` finished groups (blocking until they are); each call lets `n` more
-        groups start."""
+        """The next `n` finished groups no older than `max_off_policy_steps` (blocking until
+        they are); each group taken, or dropped as too old, lets one more start."""
         out = []
         while len(out) < n:
             if self._failure is not None:
                 raise RuntimeError(f"sampling stopped: {self._failure}") from self._failure
             try:
-                out.append(self._ready.get(timeout=1.0 if timeout_s is None else timeout_s))
+                group = self._ready.get(timeout=1.0 if timeout_s is None else timeout_s)
             except queue.Empty:
                 if timeout_s is not None:
                     raise TimeoutError(f"{len(out)} of {n} groups in {timeout_s} s") from None
-        self.source.consumed(n)
+                continue
+            if self._hand_over(group):
+                out.append(group)
+            self.source.consumed(1)
         return out
+
+    def _hand_over(self, group: Group) -> bool:
+        """Whether `group` may go to the trainer now; an older one is counted and dropped, or
+        its task sampled again."""
+        oldest = group.oldest_version
+        group.lag = 0 if oldest is None else self.policy_version - oldest
+        k, stats = self.max_off_policy_steps, self.group_stats
+        if k is not None and group.lag > k:
+            stats.dropped += 1
+            if self.stale_groups == "resample":
+                self.source.resample(group.task_id)
+                stats.resampled += 1
+            log.info("group %s is %d versions old (max_off_policy_steps=%d): %s", group.group_id,
+                     group.lag, k, "sampled again" if self.stale_groups == "resample"
+                     else "dropped")
+            return False
+        stats.handed += 1
+        stats.lags[group.lag] += 1
+        return True
 
     def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
                        mode: str | None = None) -> dict[str, float]:

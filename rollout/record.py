@@ -33,7 +33,7 @@ TURN = {
     "prompt_token_ids": List(Value("int32")),  # the prompt the server ran, as it reported it
     "completion_token_ids": List(Value("int32")),
     "completion_logprobs": List(Value("float32")),
-    "logprobs_mode": Value("string"),  # raw | processed (README: Logprobs)
+    "logprobs_mode": Value("string"),  # behaviour | raw (README: Logprobs)
     "temperature": Value("float32"),
     "top_p": Value("float32"),
     "max_tokens": Value("int32"),
@@ -43,6 +43,8 @@ TURN = {
     "reasoning": Value("string"),
     "tool_calls": List(TOOL_CALL),
     "constraint": Value("string"),  # the grammar the turn was sampled under
+    "grammar": Value("string"),  # its xgrammar EBNF ("" for none or the server's own)
+    "logit_bias": Value("string"),  # JSON object token id -> bias, sent beside the grammar
     "issues": List(Value("string")),  # turn-level: cut_off, subtoken_markup
     "dropped_calls": Value("int32"),  # calls in the sampled text the server's parser dropped
     "prompt_tokens": Value("int32"),
@@ -116,6 +118,7 @@ FEATURES = Features({
     "token_ids": List(Value("int32")),
     "loss_mask": List(Value("int8")),
     "logprobs": List(Value("float32")),
+    "token_versions": List(Value("int32")),  # the policy version of each sampled token, else -1
     "timings": {
         "wall_s": Value("float32"),
         "model_s": Value("float32"),
@@ -189,6 +192,8 @@ class TurnRecord:
     reasoning: str
     tool_calls: list[ToolCallRecord]
     constraint: str
+    grammar: str
+    logit_bias: str
     issues: list[str]
     dropped_calls: int
     cached_tokens: int
@@ -264,7 +269,7 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
     turns = trace.turns
     calls = [c for t in turns for c in t.tool_calls]
     consistent = bool(turns) and not trace.breaks
-    tokens, mask, logprobs = join_turns(turns) if consistent else ([], [], [])
+    tokens, mask, logprobs, versions = join_turns(turns) if consistent else ([], [], [], [])
     scored = outcome.reward is not None
     return {
         "rollout_id": job.rollout_id, "run_id": provenance.run_id, "task_id": job.task_id,
@@ -290,6 +295,7 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
         "policy_versions": sorted({t.policy_version for t in turns}),
         "stale": trace.stale,
         "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
+        "token_versions": versions,
         "timings": asdict(timings or Timings()), "provenance": provenance.stamp(),
     }
 
@@ -310,18 +316,23 @@ def prefix_break(sequence: list[int], prompt: list[int]) -> int | None:
                 min(len(sequence), len(prompt)))
 
 
-def join_turns(turns: list[TurnRecord]) -> tuple[list[int], list[int], list[float]]:
-    """Turns whose prompts extend each other as one sequence: (token_ids, loss_mask, logprobs).
-    Prompt positions get mask 0 and logprob 0.0, sampled positions mask 1 and their logprob."""
+def join_turns(turns: list[TurnRecord]
+               ) -> tuple[list[int], list[int], list[float], list[int]]:
+    """Turns whose prompts extend each other as one sequence: (token_ids, loss_mask, logprobs,
+    token_versions). Prompt positions get mask 0, logprob 0.0 and version -1; sampled positions
+    mask 1, their logprob and the policy version that sampled them."""
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
+    versions: list[int] = []
     for turn in turns:
         new = turn.prompt_token_ids[len(tokens):]
+        n = len(turn.completion_token_ids)
         tokens += new + turn.completion_token_ids
-        mask += [0] * len(new) + [1] * len(turn.completion_token_ids)
+        mask += [0] * len(new) + [1] * n
         logprobs += [0.0] * len(new) + list(turn.completion_logprobs)
-    return tokens, mask, logprobs
+        versions += [-1] * len(new) + [turn.policy_version] * n
+    return tokens, mask, logprobs, versions
 
 
 def _message_row(msg: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -248,7 +249,8 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         completion_logprobs=gen.logprobs, logprobs_mode=logprobs_mode,
         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=s.seed,
         finish_reason=gen.finish_reason, content=done.content, reasoning=done.reasoning,
-        tool_calls=calls, constraint=done.constraint, issues=done.issues,
+        tool_calls=calls, constraint=done.constraint, grammar=done.grammar,
+        logit_bias=json.dumps(done.logit_bias, sort_keys=True), issues=done.issues,
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
         latency_s=gen.latency_s, tool_s=tool_s, policy_version=version, resampled=resampled)

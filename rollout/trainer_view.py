@@ -1,8 +1,12 @@
 """The trainer's view of a run: one row per scored session, the sequence exactly as sampled.
 
 `input_ids` is the whole session as one token sequence (every prompt, then every completion, as
-the server returned them; nothing re-tokenized), `loss_mask` is 1 on sampled tokens, and
-`old_logprobs` holds the sampler's logprob on those positions (0.0 elsewhere). Sessions that
+the server returned them; nothing re-tokenized), `loss_mask` is 1 on sampled tokens,
+`old_logprobs` holds the sampler's logprob on those positions (0.0 elsewhere): with
+`logprobs_mode=behaviour` the probability each token was sampled with, after every mask), and
+`token_versions` the policy version that sampled each (-1 elsewhere). `turns` says where each
+turn's tokens start and what they were sampled under (grammar, logit bias, temperature, top-p),
+so that a trainer can replay the masks (rollout/behaviour.py). Sessions that
 ended in an infrastructure error or whose history broke (README: prefix breaks), and sessions
 that outlived the policy lag bound (`stale`), are left out; GRPO-style groups are `group_id`
 with `sample_index` within it. Each row says which policy version sampled it (`policy_version`
@@ -32,20 +36,25 @@ TRAINER_FEATURES = Features({
     "input_ids": List(Value("int32")),
     "loss_mask": List(Value("int8")),
     "old_logprobs": List(Value("float32")),
-    "logprobs_mode": Value("string"),  # raw | processed: what `old_logprobs` are
+    "token_versions": List(Value("int32")),
+    "logprobs_mode": Value("string"),  # behaviour | raw: what `old_logprobs` are
     "temperature": Value("float32"),
     "reward": Value("float32"),
     "status": Value("string"),
     "policy_version": Value("int32"),
     "turn_policy_versions": List(Value("int32")),
     "group_mixed": Value("bool"),
+    "turns": List({"start": Value("int32"),  # index of the turn's first sampled token
+                   "length": Value("int32"), "temperature": Value("float32"),
+                   "top_p": Value("float32"), "grammar": Value("string"),
+                   "logit_bias": Value("string")}),
 })
 
 
 # the record columns a trainer row is made of
 _READ = ["rollout_id", "group_id", "sample_index", "token_ids", "loss_mask", "logprobs",
-         "turns", "reward", "status", "policy_version", "policy_versions", "prefix_consistent",
-         "stale"]
+         "token_versions", "turns", "reward", "status", "policy_version", "policy_versions",
+         "prefix_consistent", "stale"]
 
 
 def trainer_rows(records: Dataset) -> Dataset:
@@ -69,6 +78,7 @@ def trainer_rows(records: Dataset) -> Dataset:
         "rollout_id": table["rollout_id"], "group_id": table["group_id"],
         "sample_index": table["sample_index"], "input_ids": table["token_ids"],
         "loss_mask": table["loss_mask"], "old_logprobs": table["logprobs"],
+        "token_versions": table["token_versions"],
         "logprobs_mode": pc.struct_field(first, "logprobs_mode"),
         "temperature": pc.struct_field(first, "temperature"),
         "reward": table["reward"], "status": table["status"],
@@ -76,9 +86,23 @@ def trainer_rows(records: Dataset) -> Dataset:
         "turn_policy_versions": pa.ListArray.from_arrays(
             turns.offsets, pc.struct_field(turns.values, "policy_version")),
         "group_mixed": [len(versions[g]) > 1 for g in groups],
+        "turns": _spans(turns),
     }
     view = pa.table(columns, schema=TRAINER_FEATURES.arrow_schema)
     return Dataset(view, info=DatasetInfo(features=TRAINER_FEATURES))
+
+
+def _spans(turns: pa.ListArray) -> pa.ListArray:
+    """Each turn's span of the sequence and what it was sampled under, from the records'
+    turns (a turn's first sampled token sits right after its prompt)."""
+    t = turns.values
+    spans = pa.StructArray.from_arrays(
+        [pc.list_value_length(pc.struct_field(t, "prompt_token_ids")).cast(pa.int32()),
+         pc.list_value_length(pc.struct_field(t, "completion_token_ids")).cast(pa.int32()),
+         pc.struct_field(t, "temperature"), pc.struct_field(t, "top_p"),
+         pc.struct_field(t, "grammar"), pc.struct_field(t, "logit_bias")],
+        names=["start", "length", "temperature", "top_p", "grammar", "logit_bias"])
+    return pa.ListArray.from_arrays(turns.offsets, spans)
 
 
 def save_trainer_view(records: Dataset, out: Path) -> Dataset:

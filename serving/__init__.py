@@ -3,7 +3,8 @@
 This top level is the client face: what a process that samples from a running cluster needs
 (the job's Ray actors import only this, and importing it loads no engine, router or KV tier).
 The driver starts, reuses and stops clusters through `running_cluster` (serving/cluster.py),
-loaded on first use; code that runs inside engine processes is in `serving.engine`;
+loaded on first use, as is a trainer's replay of the grammar masks (`GrammarReplay`,
+serving/toolcall/replay.py); code that runs inside engine processes is in `serving.engine`;
 `serving.serve` and `serving.simulate` are standalone apps.
 """
 
@@ -20,15 +21,21 @@ from serving.toolcall import ISSUE_KINDS, CallTooLong, TurnTooLong
 
 __all__ = [
     "ISSUE_KINDS", "PAUSE_MODES", "CallTooLong", "Endpoint", "EngineSlot", "FrontDoor",
-    "Generation", "KvState", "MetricsError", "ModelConfig", "PromptTooLong", "Roster",
-    "SampledCall", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
+    "Generation", "GrammarReplay", "KvState", "MetricsError", "ModelConfig", "PromptTooLong",
+    "Roster", "SampledCall", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
     "ToolCallSampler", "ToolTurn", "TurnTooLong", "open_front_door", "running_cluster",
 ]
 
+_LAZY = {"running_cluster": ("serving.cluster", "running_cluster"),
+         "GrammarReplay": ("serving.toolcall.replay", "GrammarReplay")}
+
 
 def __getattr__(name: str) -> Any:
-    """`running_cluster`, imported when the driver first asks for it, never by an actor."""
-    if name == "running_cluster":
-        from serving.cluster import running_cluster
-        return running_cluster
+    """The driver's and the trainer's names, imported when first asked for, never by an
+    actor."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'serving' has no attribute {name!r}")

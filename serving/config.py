@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from serving.topologies import TOPOLOGIES
 
 LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
+    # The behaviour policy's: the logprob of the distribution each token was drawn from, after
+    # the tool-call grammar's mask and its UTF-8 guard, the logit bias, temperature and top-p,
+    # renormalised (vLLM's processed logprobs; a forced token 0, a greedy one 0 too:
+    # serving/engine/plugin.py). What an importance ratio divides by.
+    "behaviour": "processed_logprobs",
     # The model's own log-softmax at temperature 1 over the whole vocabulary, before penalties,
-    # top-p and the tool-call grammar's mask (serving/engine/plugin.py): what a trainer recomputes.
+    # top-p and the grammar's mask (serving/engine/plugin.py).
     "raw": "raw_logprobs",
-    # The distribution each token was drawn from: temperature, top-p and the grammar applied.
-    "processed": "processed_logprobs",
 }
 
 
@@ -59,7 +62,7 @@ class ServingConfig:
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     seed: int = 0
-    logprobs: str = one_of("raw", LOGPROBS_MODES)
+    logprobs: str = one_of("behaviour", LOGPROBS_MODES)
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
     extra_args: list[str] = field(default_factory=list)

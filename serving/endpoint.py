@@ -27,7 +27,7 @@ class Endpoint:
     enable_thinking: bool = False
     max_model_len: int = 16384  # the context window: prompt + completion tokens
     request_timeout_s: float = 600.0
-    logprobs_mode: str = "raw"  # raw | processed (serving.config.LOGPROBS_MODES)
+    logprobs_mode: str = "behaviour"  # behaviour | raw (serving.config.LOGPROBS_MODES)
     markup_token_ids: dict[str, int] = field(default_factory=dict)  # tool-call markup -> id
 
     @property

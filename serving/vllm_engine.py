@@ -11,6 +11,7 @@ from pathlib import Path
 
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
 from serving.engine.plugin import (
+    BEHAVIOUR_LOGPROBS_ENV,
     FORK_ENGINE_CORE_ENV,
     SAFE_GRAMMARS_ENV,
     UNMASKED_LOGPROBS_ENV,
@@ -74,8 +75,8 @@ def engine_env(c: ServingConfig, cache: Path, scratch: Path) -> dict[str, str]:
         # with the worker process, 41-44 s without; decoding alike.
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env[FORK_ENGINE_CORE_ENV] = "1"  # see serving/engine/plugin.py
-    if c.logprobs == "raw":  # see serving/engine/plugin.py
-        env[UNMASKED_LOGPROBS_ENV] = "1"
+    # see serving/engine/plugin.py
+    env[BEHAVIOUR_LOGPROBS_ENV if c.logprobs == "behaviour" else UNMASKED_LOGPROBS_ENV] = "1"
     env.update(c.extra_env)
     return env
 

@@ -1,4 +1,4 @@
-"""vLLM general plugin (entry point `vllm.general_plugins`): five fixes the project's engines need.
+"""vLLM general plugin (entry point `vllm.general_plugins`): six fixes the project's engines need.
 
 vLLM loads it in every engine process; each part acts only where the serving layer asked for it
 through an environment variable, so a plain vLLM run elsewhere is untouched.
@@ -19,7 +19,15 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
    must be the same quantity: the log-softmax over the whole vocabulary is taken just before
    the bitmask and handed to the sampler as its raw logprobs. Sampling itself still uses the
    masked logits. (Speculative decoding's rejection sampler computes its own logprobs and is
-   not covered.)
+   not covered.) Used with `serving.logprobs=raw`.
+
+6. Behaviour logprobs that are exact at temperature 0 too (ROLLFLEET_BEHAVIOUR_LOGPROBS, with
+   `serving.logprobs=behaviour`, vLLM's `processed_logprobs`). vLLM applies the grammar's mask
+   (narrowed by part 3's UTF-8 guard) to the logits in place, then the logit bias, temperature
+   and top-p, and takes the processed logprobs from what it samples from: the behaviour
+   policy's logprob, a forced token's exactly 0.0, with no second pass. A greedy request,
+   though, gets the log-softmax of its masked logits, while it was drawn from a point mass:
+   its rows become that point mass (0.0 for the sampled token).
 
 3. Grammars that hold (ROLLFLEET_SAFE_GRAMMARS), two parts:
    - UTF-8: xgrammar 0.2.7 lets overlong byte forms through a grammar of characters, so every
@@ -58,6 +66,7 @@ from typing import Any
 
 NIXL_PROGRESS_DELAY_ENV = "ROLLFLEET_NIXL_PROGRESS_DELAY_US"
 UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
+BEHAVIOUR_LOGPROBS_ENV = "ROLLFLEET_BEHAVIOUR_LOGPROBS"
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
 POLICY_VERSION_ENV = "ROLLFLEET_POLICY_VERSION"  # the weights' version an engine starts with
 WEIGHT_UPDATES_ENV = "ROLLFLEET_WEIGHT_UPDATES"
@@ -107,6 +116,31 @@ def keep_unmasked_logprobs() -> None:
     apply_keeping_unmasked.keeps_unmasked = True
     runner.apply_grammar_bitmask = apply_keeping_unmasked
     sampler.compute_logprobs = staticmethod(compute_logprobs)
+
+
+def greedy_point_mass() -> None:
+    """Processed logprobs of greedy requests as the point mass they were drawn from (part 6)."""
+    sampler = importlib.import_module("vllm.v1.sample.sampler").Sampler
+    sample = sampler.sample
+    if getattr(sample, "point_mass", False):
+        return
+
+    def sample_then_point_mass(self, logits, sampling_metadata, logprobs_mode_override=None):
+        sampled, processed = sample(self, logits, sampling_metadata, logprobs_mode_override)
+        mode = logprobs_mode_override or self.logprobs_mode
+        if processed is None or mode != "processed_logprobs" or sampling_metadata.all_random:
+            return sampled, processed
+        temperature = sampling_metadata.temperature
+        greedy = (slice(None) if temperature is None
+                  else (temperature < 1e-5).nonzero(as_tuple=True)[0])
+        rows = processed[greedy]
+        rows.fill_(float("-inf"))
+        rows.scatter_(1, sampled[greedy].long().view(-1, 1), 0.0)
+        processed[greedy] = rows
+        return sampled, processed
+
+    sample_then_point_mass.point_mass = True
+    sampler.sample = sample_then_point_mass
 
 
 class WholeGrammarCache:
@@ -245,6 +279,8 @@ def register() -> None:
         delay_nixl_progress(int(delay))
     if os.environ.get(UNMASKED_LOGPROBS_ENV) == "1":
         keep_unmasked_logprobs()
+    if os.environ.get(BEHAVIOUR_LOGPROBS_ENV) == "1":
+        greedy_point_mass()
     if os.environ.get(SAFE_GRAMMARS_ENV) == "1":
         hold_grammars()
     if os.environ.get(WEIGHT_UPDATES_ENV) == "1":

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from transformers import AutoTokenizer
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rollout.behaviour import Fidelity, SessionLogprobs, fidelity
 from rollout.session import NO_CALL_NUDGE
 
 MARKUP = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
@@ -42,16 +44,29 @@ def check_records(ds, engines: set[str]) -> dict[str, int]:
     return counts
 
 
+def check_behaviour(records, model_dir: str | None = None) -> Fidelity:
+    """Every sampled token's recorded behaviour logprob equals a trainer's masked recompute at
+    the weights that sampled it (`model_dir`, default the records' model folder), within the
+    project's tolerance (rollout/behaviour.py); forced tokens are exactly 0."""
+    records = list(records)
+    folder = model_dir or records[0]["provenance"]["model_path"]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    result = fidelity(records, model, SessionLogprobs(folder))
+    assert result.holds, result.summary()
+    assert result.forced > 0  # the check saw forced tokens, not only free ones
+    return result
+
+
 def _check_turn(tok, turn: dict[str, Any], engines: set[str]) -> None:
     ids, logprobs = turn["completion_token_ids"], turn["completion_logprobs"]
     assert ids and len(logprobs) == len(ids) and all(lp <= 0.0 for lp in logprobs)
-    assert turn["logprobs_mode"] == "raw" and turn["max_tokens"] > 0
+    assert turn["logprobs_mode"] == "behaviour" and turn["max_tokens"] > 0
     assert 0 <= turn["cached_tokens"] <= turn["prompt_tokens"] == len(turn["prompt_token_ids"])
     assert turn["engine_id"] in engines, turn["engine_id"]
     text = tok.decode(ids, skip_special_tokens=False)
-    # tool_choice=required: the grammar forces <tool_call> first; its recorded logprob is the
-    # model's own (the grammar's mask would make it exactly 0.0)
-    assert text.startswith("<tool_call>") and logprobs[0] < -0.1, (text[:40], logprobs[0])
+    # tool_choice=required: the grammar forces <tool_call> first, so it was sampled with
+    # probability 1
+    assert text.startswith("<tool_call>") and logprobs[0] == 0.0, (text[:40], logprobs[0])
     for call in turn["tool_calls"]:  # each call ran exactly as sampled
         assert call["issues"] == [] and call["valid"]
         for key, value in json.loads(call["arguments"]).items():

@@ -15,7 +15,7 @@ import pytest
 from datasets import load_from_disk
 
 from tests.e2e.jobs import swe_rl_job
-from tests.e2e.records import check_records
+from tests.e2e.records import check_behaviour, check_records
 from tests.procs import new_job_processes, process_table, temp_litter
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +36,7 @@ def test_disagg_job_prefills_on_one_worker_and_decodes_on_another(tmp_path):
     ds = load_from_disk(str(out / "dataset"))
     assert len(ds) == 5
     counts = check_records(ds, engines={"decode0"})
+    check_behaviour(ds)
     assert all(t["prefill_engine_id"] == "prefill0" for row in ds for t in row["turns"])
     assert counts["multi_turn"] >= 1 and counts["later_cached"] >= 2
 

@@ -19,7 +19,7 @@ from serving.cluster import Cluster
 from serving.metrics import kv_state
 from tests.e2e.frontend_calls import complete, served_by, tier_hits
 from tests.e2e.jobs import swe_rl_job
-from tests.e2e.records import check_records
+from tests.e2e.records import check_behaviour, check_records
 from tests.procs import new_job_processes, process_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,5 +126,6 @@ def test_a_killed_mooncake_master_costs_recompute_not_rollouts(tmp_path):
         (row["rollout_id"], row["error"]) for row in ds if row["status"] == "infra_error"]
     assert all(row["attempt"] == 0 for row in ds)  # nothing had to be retried
     check_records(ds, engines={"0"})
+    check_behaviour(ds)
     time.sleep(1)
     assert new_job_processes(before) == []

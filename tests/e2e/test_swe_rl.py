@@ -18,7 +18,7 @@ import pytest
 from datasets import load_from_disk
 
 from rollout.summary import summarize
-from tests.e2e.records import check_records
+from tests.e2e.records import check_behaviour, check_records
 from tests.procs import new_job_processes, process_table, temp_litter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +61,7 @@ def test_swe_rl_records_every_turn_as_sampled(swe_rl_run):
         "merge_touching", "roman_subtractive", "slugify_lower", "stack_pop", "stats_mean")
         for i in range(2))
     counts = check_records(ds, engines={"0"})
+    check_behaviour(ds)  # each token's probability, as a trainer recomputes it
     assert counts["multi_turn"] >= 2
     assert counts["later_cached"] == counts["turns"] - counts["records"]  # every later turn
     model_dir = Path(ds[0]["provenance"]["model_path"])
@@ -206,6 +207,7 @@ def test_the_job_runs_on_the_per_command_sandbox_path(tmp_path, on_shared_engine
     ds = load_from_disk(str(out / "dataset"))
     assert len(ds) == 10
     assert check_records(ds, engines={"external"})["multi_turn"] >= 2
+    check_behaviour(ds)  # `external`: our engine behind it, so its behaviour logprobs
     for row in ds:  # a bash call's output ends with the status its sandbox returned
         for call in (c for t in row["turns"] for c in t["tool_calls"] if c["name"] == "bash"):
             assert re.search(r"\n\[(exit code -?\d+|timed out)\]$", call["output"]), call

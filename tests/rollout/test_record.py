@@ -31,11 +31,11 @@ PROV = Provenance("run-1", "tiny-glm", "/models/tiny", "abc", 7, '{"vllm": "0.31
 
 def _turn(index, prompt, completion, calls=()):
     return TurnRecord(index=index, prompt_token_ids=prompt, completion_token_ids=completion,
-                      completion_logprobs=[-0.5] * len(completion), logprobs_mode="raw",
+                      completion_logprobs=[-0.5] * len(completion), logprobs_mode="behaviour",
                       temperature=1.0, top_p=1.0, max_tokens=64, seed=11, finish_reason="stop",
                       content="", reasoning="", tool_calls=list(calls), constraint="c",
-                      issues=[], dropped_calls=0, cached_tokens=1, engine_id="0",
-                      prefill_engine_id="", latency_s=0.1, tool_s=0.0)
+                      grammar="", logit_bias="{}", issues=[], dropped_calls=0, cached_tokens=1,
+                      engine_id="0", prefill_engine_id="", latency_s=0.1, tool_s=0.0)
 
 
 def _call(valid=True, issues=(), failed=False):
@@ -208,7 +208,8 @@ def test_a_trainer_row_is_its_session_as_sampled_with_its_group_s_versions():
     assert last["loss_mask"] == mixed["loss_mask"] == [0, 0, 1, 1, 0, 1]
     assert last["old_logprobs"] == mixed["logprobs"]
     assert (last["policy_version"], last["turn_policy_versions"]) == (1, [1, 2])
-    assert (last["logprobs_mode"], last["temperature"], last["status"]) == ("raw", 1.0, "truncated")
+    assert (last["logprobs_mode"], last["temperature"], last["status"]) == (
+        "behaviour", 1.0, "truncated")
 
 
 def test_a_run_that_finished_nothing_saves_an_empty_dataset_with_the_schema(tmp_path):

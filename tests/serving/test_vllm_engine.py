@@ -6,7 +6,7 @@ from pathlib import Path
 from serving.config import ModelConfig, ServingConfig
 from serving.dynamo.plane import SOCKETS_ENV
 from serving.dynamo.worker import DynamoWorker
-from serving.engine.plugin import UNMASKED_LOGPROBS_ENV
+from serving.engine.plugin import BEHAVIOUR_LOGPROBS_ENV, UNMASKED_LOGPROBS_ENV
 from serving.vllm_engine import VllmEngine
 
 
@@ -14,23 +14,24 @@ def _flag(argv, name):
     return argv[argv.index(name) + 1]
 
 
-def test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin(tmp_path):
+def test_behaviour_logprobs_are_vllms_processed_ones_with_the_plugins_greedy_fix(tmp_path):
     engine = VllmEngine("0", Path("/m"), ModelConfig(), ServingConfig(), tmp_path, tmp_path,
                         port=9)
     argv, env = engine.argv(), engine.env(tmp_path / "sockets")
-    assert _flag(argv, "--logprobs-mode") == "raw_logprobs"
-    assert env[UNMASKED_LOGPROBS_ENV] == "1"
+    assert _flag(argv, "--logprobs-mode") == "processed_logprobs"
+    assert env[BEHAVIOUR_LOGPROBS_ENV] == "1" and UNMASKED_LOGPROBS_ENV not in env
     assert _flag(argv, "--host") == "127.0.0.1"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     # vLLM's temp files (ZMQ sockets, file stores) go to a folder the engine removes
     assert env["TMPDIR"] == str(tmp_path / "sockets")
 
 
-def test_processed_logprobs_leave_vllm_as_it_is(tmp_path):
-    cfg = ServingConfig(logprobs="processed")
+def test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin(tmp_path):
+    cfg = ServingConfig(logprobs="raw")
     engine = VllmEngine("0", Path("/m"), ModelConfig(), cfg, tmp_path, tmp_path, port=9)
-    assert _flag(engine.argv(), "--logprobs-mode") == "processed_logprobs"
-    assert UNMASKED_LOGPROBS_ENV not in engine.env(tmp_path)
+    assert _flag(engine.argv(), "--logprobs-mode") == "raw_logprobs"
+    env = engine.env(tmp_path)
+    assert env[UNMASKED_LOGPROBS_ENV] == "1" and BEHAVIOUR_LOGPROBS_ENV not in env
 
 
 def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
@@ -38,7 +39,8 @@ def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
                           tmp_path / "a-run-folder-of-any-depth", tmp_path,
                           {SOCKETS_ENV: "/tmp/rollfleet-x"})
     argv, env = worker.argv(), worker.env()
-    assert _flag(argv, "--logprobs-mode") == "raw_logprobs" and env[UNMASKED_LOGPROBS_ENV] == "1"
+    assert _flag(argv, "--logprobs-mode") == "processed_logprobs"
+    assert env[BEHAVIOUR_LOGPROBS_ENV] == "1"
     assert _flag(argv, "--disaggregation-mode") == "decode"
     # unix socket paths stay short whatever the run folder (sun_path holds 107 bytes)
     assert json.loads(_flag(argv, "--kv-events-config"))["endpoint"] == (

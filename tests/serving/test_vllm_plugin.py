@@ -6,6 +6,8 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+import pytest
+
 from serving.engine.plugin import NIXL_PROGRESS_DELAY_ENV
 
 # A process with one NIXL agent (UCX backend, progress thread on), idle for 2 s: its CPU time.
@@ -75,3 +77,32 @@ def test_raw_logprobs_are_the_models_own_not_the_grammar_masked_ones():
     assert got["masked"][0][2] == 3.0 and got["masked"][0][0] == float("-inf")  # masked
     assert got["raw"] == got["model"]  # the forced token keeps the model's -0.46, not 0.0
     assert got["raw"][0][2] < -0.1
+
+
+# vLLM's own Sampler in processed_logprobs mode, one greedy row and one sampled row: the greedy
+# row's logprobs must be the point mass it was drawn from, the other row vLLM's own.
+_GREEDY = """
+import json, types, torch
+from vllm.v1.sample.sampler import Sampler
+from serving.engine.plugin import greedy_point_mass
+greedy_point_mass()
+sampler = Sampler(logprobs_mode="processed_logprobs")
+meta = types.SimpleNamespace(
+    all_greedy=False, all_random=False, max_num_logprobs=0, logprob_token_ids=None,
+    temperature=torch.tensor([0.0, 1.0]), top_k=None, top_p=None, generators={},
+    logitsprocs=types.SimpleNamespace(argmax_invariant=[]))
+logits = torch.tensor([[1.0, 2.0, 3.0, 0.5], [0.1, 0.2, 0.3, 0.4]])
+expected = torch.log_softmax(logits[1], -1).tolist()
+sampled, processed = sampler.sample(logits.clone(), meta)
+print(json.dumps({"sampled": sampled.tolist(), "greedy": processed[0].tolist(),
+                  "sampled_row": processed[1].tolist(), "expected": expected}))
+"""
+
+
+def test_a_greedy_tokens_behaviour_logprob_is_its_point_mass():
+    out = subprocess.run([sys.executable, "-c", _GREEDY], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["sampled"][0] == 2
+    assert got["greedy"] == [float("-inf"), float("-inf"), 0.0, float("-inf")]
+    assert got["sampled_row"] == pytest.approx(got["expected"], abs=1e-6)

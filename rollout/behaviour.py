@@ -1,0 +1,150 @@
+"""A trainer's side of the behaviour-logprob contract: the masked logprobs of a record's sampled
+tokens under the trainer's current weights, from the record alone.
+
+Each sampled token was drawn from the engine's distribution after the turn's grammar mask, the
+UTF-8 guard, the logit bias, temperature and top-p (its behaviour logprob is in the record,
+`serving.logprobs=behaviour`). A trainer's importance ratio must divide the same quantity under
+its own weights by that one; the unmasked log-softmax it would compute by default is off by the
+log of the allowed mass at every constrained position. `SessionLogprobs` replays each turn's
+masks (serving's `GrammarReplay`) and applies them to the trainer's logits: forced positions
+give exactly 0 and no gradient.
+
+    replay = SessionLogprobs(model_dir)
+    logits = model(ids[None, :-1]).logits[0]           # the whole session, one forward
+    current = replay.logprobs(record, logits)          # [completion tokens], differentiable
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TurnMasks:
+    """One turn's place in its session's sequence and what its tokens were sampled under."""
+
+    start: int  # index of the turn's first sampled token in the session's token_ids
+    token_ids: list[int]
+    bitmasks: np.ndarray | None  # packed allowed sets, one row per token; None: unconstrained
+    temperature: float
+    top_p: float
+    logit_bias: dict[int, float]
+
+    @property
+    def forced(self) -> np.ndarray:
+        """Per token: whether exactly one token was allowed there."""
+        if self.bitmasks is None:
+            return np.zeros(len(self.token_ids), dtype=bool)
+        counts = np.unpackbits(self.bitmasks.view(np.uint8), axis=1).sum(axis=1)
+        return counts == 1
+
+
+class SessionLogprobs:
+    """Masked logprobs of whole sessions for one model folder (tokenizer, vocabulary)."""
+
+    def __init__(self, model_dir: str | Path) -> None:
+        from serving import GrammarReplay
+
+        self.replay = GrammarReplay(model_dir)
+
+    def turns(self, row: dict[str, Any]) -> list[TurnMasks]:
+        """Each turn's masks, replayed from its recorded grammar over its recorded tokens; `row`
+        is a record or a trainer-view row (rollout/trainer_view.py)."""
+        out = []
+        sequence = row["token_ids"] if "token_ids" in row else row["input_ids"]
+        for turn in row["turns"]:
+            if "start" in turn:
+                start, length = turn["start"], turn["length"]
+            else:
+                start, length = len(turn["prompt_token_ids"]), len(turn["completion_token_ids"])
+            ids = list(sequence[start:start + length])
+            grammar = turn.get("grammar") or ""
+            out.append(TurnMasks(
+                start=start, token_ids=ids,
+                bitmasks=self.replay.bitmasks(grammar, ids) if grammar else None,
+                temperature=float(turn["temperature"]), top_p=float(turn["top_p"]),
+                logit_bias={int(k): float(v)
+                            for k, v in json.loads(turn.get("logit_bias") or "{}").items()}))
+        return out
+
+    def logprobs(self, row: dict[str, Any], logits: Any,
+                 turns: list[TurnMasks] | None = None) -> Any:
+        """The masked logprob of every sampled token of `row` (a record or a trainer-view row),
+        in sequence order (the loss mask's ones), from `logits` [sequence length - 1, vocab]:
+        the trainer's logits for the session's tokens after the first, given what precedes
+        each."""
+        import torch
+
+        parts = []
+        for turn in turns if turns is not None else self.turns(row):
+            rows = logits[turn.start - 1:turn.start - 1 + len(turn.token_ids)]
+            parts.append(self.replay.masked_logprobs(rows, turn.bitmasks, turn.token_ids,
+                                                     turn.temperature, turn.top_p,
+                                                     turn.logit_bias))
+        return torch.cat(parts) if parts else logits.new_zeros(0)
+
+
+# The fidelity the behaviour logprobs are held to on CPU (a bf16 engine against a float32
+# trainer forward at the same weights): mean and max |recorded - recomputed| over every sampled
+# token, in nats.
+FIDELITY_MEAN, FIDELITY_MAX = 0.005, 0.05
+
+
+@dataclass
+class Fidelity:
+    """How far recorded logprobs are from a trainer's recompute at the same weights: the
+    masked recompute (what the behaviour logprob must equal) and the unmasked one (what a
+    trainer differentiating the plain log-softmax would have used)."""
+
+    tokens: int = 0
+    forced: int = 0  # positions where one token was allowed
+    forced_nonzero: int = 0  # of those, recorded with a logprob other than 0
+    masked: list[float] = field(default_factory=list)  # |recorded - masked recompute|
+    unmasked: list[float] = field(default_factory=list)  # |recorded - unmasked recompute|
+
+    def summary(self) -> dict[str, float | int]:
+        def stats(xs: list[float]) -> tuple[float, float]:
+            return (float(np.mean(xs)), float(np.max(xs))) if xs else (0.0, 0.0)
+
+        (mean, top), (raw_mean, raw_top) = stats(self.masked), stats(self.unmasked)
+        return {"tokens": self.tokens, "forced": self.forced,
+                "forced_nonzero": self.forced_nonzero, "mean_abs": mean, "max_abs": top,
+                "unmasked_mean_abs": raw_mean, "unmasked_max_abs": raw_top}
+
+    @property
+    def holds(self) -> bool:
+        s = self.summary()
+        return (self.tokens > 0 and s["mean_abs"] <= FIDELITY_MEAN
+                and s["max_abs"] <= FIDELITY_MAX and not self.forced_nonzero)
+
+
+def fidelity(records: list[dict[str, Any]], model: Any, replay: SessionLogprobs,
+             out: Fidelity | None = None) -> Fidelity:
+    """Each record's recorded logprobs against `model`'s recompute (a transformers causal LM
+    at the weights that sampled them), sequence by sequence."""
+    import torch
+
+    out = out or Fidelity()
+    for record in records:
+        if not record["prefix_consistent"] or not record["token_ids"]:
+            continue
+        ids = torch.tensor(record["token_ids"])
+        with torch.no_grad():
+            logits = model(ids[None, :-1]).logits[0].float()
+        turns = replay.turns(record)
+        masked = replay.logprobs(record, logits, turns)
+        sampled = torch.tensor(record["loss_mask"][1:], dtype=torch.bool)
+        unmasked = torch.log_softmax(logits, -1).gather(1, ids[1:, None])[:, 0][sampled]
+        recorded = torch.tensor([lp for t in record["turns"] for lp in t["completion_logprobs"]])
+        forced = torch.from_numpy(np.concatenate([t.forced for t in turns]))
+        out.tokens += len(recorded)
+        out.forced += int(forced.sum())
+        out.forced_nonzero += int((recorded[forced] != 0).sum())
+        out.masked += (masked - recorded).abs().tolist()
+        out.unmasked += (unmasked - recorded).abs().tolist()
+    return out
