@@ -102,6 +102,9 @@ class TrainerConfig:
     groups_per_step: int = 4
     lr: float = 1e-3
     ahead: int | None = None  # groups that may wait for the trainer (default: two steps')
+    # truncated importance sampling: each token's weight is min(pi / mu, is_clip), pi the
+    # current policy's probability, mu the behaviour one recorded; null: no correction
+    is_clip: float | None = 2.0
 
 
 SCHEMAS: dict[str, type] = {"model": ModelConfig, "serving": ServingConfig, "env": EnvConfig,

@@ -48,6 +48,16 @@ class RunLogger:
             "rollout/invalid_tool_calls": record.get("num_invalid_tool_calls") or 0,
         }, step=self.step)
 
+    def log_step(self, row: dict[str, Any]) -> None:
+        """One trainer step's figures (rollout/reinforce.py), numbers and the lag histogram."""
+        if self.run is None:
+            return
+        self.step += 1
+        data = {f"train/{k}": v for k, v in row.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)}
+        data.update({f"train/lag_{lag}": n for lag, n in row.get("lags", {}).items()})
+        self.run.log(data, step=self.step)
+
     def finish(self, summary: dict[str, Any] | None) -> None:
         if self.run is None:
             return
