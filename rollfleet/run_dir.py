@@ -6,6 +6,8 @@
     <run>/corpus/        exported corpora (sft/, tokens/)
     <run>/summary.json   the summary's figures
     <run>/logs/          the engines' and servers' logs
+    <run>/policy/        RL: served.json (the served policy version), checkpoints/ (v<N>/ and
+                         index.json: the versions kept, serving/checkpoints.py)
     <run>/.hydra/        the resolved config and the overrides (Hydra writes them)
     <run>/wandb/         the wandb run
 """
@@ -45,6 +47,18 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def policy(self) -> Path:
+        return self.path / "policy"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.policy / "checkpoints"
+
+    @property
+    def served_policy(self) -> Path:
+        return self.policy / "served.json"
 
     @property
     def config_file(self) -> Path:

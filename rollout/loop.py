@@ -210,9 +210,10 @@ class Rollouts:
                  include_dashboard=False, logging_level=logging.WARNING,
                  configure_logging=False)
         self._stack.callback(ray.shutdown)
-        self.board = remote_board(self.cluster.roster.policy_version)
+        served = self.cluster.served
+        self.board = remote_board(served.version, served.digest)
         provenance = Provenance(self.run.path.name, g["model"].name, endpoint.model_dir,
-                                config_hash(cfg), int(cfg.seed), "{}")
+                                config_hash(cfg), int(cfg.seed), "{}", served.digest)
         worker_cls = remote_worker(-(-rollout.max_sessions // rollout.workers),
                                    rollout.worker_num_cpus, g["ray"].spread)
         sampling, limits = rollout.sampling(), rollout.limits()
@@ -251,9 +252,15 @@ class Rollouts:
                                       sorted(group, key=lambda r: r["sample_index"])))
 
     def _finish(self) -> None:
-        """Stop starting groups, let the sessions in flight end, write the dataset."""
+        """Stop starting groups, let the sessions in flight end, write the dataset. After an
+        update that broke the fleet, no session can end: what landed is written, the rest is
+        stopped with Ray and the engines."""
         self.source.stop()
-        self._thread.join()
+        if self.cluster.broken:
+            log.error("the fleet broke in an update (%s); sessions in flight are stopped",
+                      self.cluster.broken)
+        else:
+            self._thread.join()
         dataset = self.sink.finalize()
         save_trainer_view(dataset, self.run.trainer)
 

@@ -26,20 +26,21 @@ from typing import Any
 class PolicyBoard:
     """The served version and the turns in flight (one per job, driven by the driver)."""
 
-    def __init__(self, version: int = 0) -> None:
-        self.version = version
+    def __init__(self, version: int = 0, checkpoint: str = "") -> None:
+        self.version, self.checkpoint = version, checkpoint  # the served policy, its digest
         self.pauses = 0  # engine pauses so far: a turn that saw one is not recorded
         self.updating = False
         self.in_flight: dict[str, int] = {}  # turn -> pauses when it began
         self._open = asyncio.Event()
         self._open.set()
 
-    async def begin(self, turn: str) -> int:
-        """The version this turn is sampled under; waits while an update is under way."""
+    async def begin(self, turn: str) -> tuple[int, str]:
+        """The version (and checkpoint digest) this turn is sampled under; waits while an
+        update is under way."""
         while self.updating:
             await self._open.wait()
         self.in_flight[turn] = self.pauses
-        return self.version
+        return self.version, self.checkpoint
 
     def end(self, turn: str) -> bool:
         """Whether the turn ran whole on one version (no engine pause fell inside it)."""
@@ -57,8 +58,8 @@ class PolicyBoard:
     def turns_in_flight(self) -> int:
         return len(self.in_flight)
 
-    def finish_update(self, version: int) -> None:
-        self.version = version
+    def finish_update(self, version: int, checkpoint: str) -> None:
+        self.version, self.checkpoint = version, checkpoint
         self.updating = False
         self._open.set()
 
@@ -67,20 +68,25 @@ class PolicyBoard:
 
 
 class TurnFence:
-    """A session's side of the board (or of no board: version 0, every turn recorded)."""
+    """A session's side of the board (or of no board: version 0 from `checkpoint`, every turn
+    recorded)."""
 
-    def __init__(self, board: Any | None = None) -> None:
+    def __init__(self, board: Any | None = None, checkpoint: str = "") -> None:
         self.board = board  # a PolicyBoard Ray actor handle
+        self.checkpoint = checkpoint
 
-    async def begin(self, turn: str) -> int:
-        return 0 if self.board is None else await self.board.begin.remote(turn)
+    async def begin(self, turn: str) -> tuple[int, str]:
+        if self.board is None:
+            return 0, self.checkpoint
+        return tuple(await self.board.begin.remote(turn))
 
     async def end(self, turn: str) -> bool:
         return True if self.board is None else await self.board.end.remote(turn)
 
 
-def remote_board(version: int = 0) -> Any:
+def remote_board(version: int = 0, checkpoint: str = "") -> Any:
     """A PolicyBoard as a Ray actor (async: a waiting `begin` blocks no other call)."""
     import ray
 
-    return ray.remote(num_cpus=0, max_concurrency=10_000)(PolicyBoard).remote(version)
+    return ray.remote(num_cpus=0, max_concurrency=10_000)(PolicyBoard).remote(version,
+                                                                               checkpoint)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,37 +25,37 @@ class TurnsDidNotSettle(ServingError):
 def update_policy(cluster: Any, board: Any, source: Path | dict[str, Any],
                   version: int | None, mode: str) -> dict[str, float]:
     """New weights for every engine of `cluster` (from serving's `running_cluster`) in the order
-    `mode` needs; every turn recorded afterwards is tagged with `version` (default: the next),
-    none holds tokens of two versions. Returns the seconds each step took (serving's
-    UpdateTimes: pause_s, weights_s, invalidate_s, resume_s, total_s)."""
-    current = cluster.roster.policy_version
+    `mode` needs; every turn recorded afterwards is tagged with the new version (default: the
+    next) and its checkpoint, none holds tokens of two versions. Returns the seconds each step
+    took (serving's UpdateTimes: pause_s, weights_s, invalidate_s, resume_s, total_s).
+
+    `wait`: no turn begins, the turns in flight end on the old weights, then the engines pause.
+    `abort` and `keep`: the engines pause at once (aborting what they hold, or freezing it);
+    every turn in flight then saw the pause and is sampled again after the update, whether its
+    request was aborted, frozen, or still on its way and queued by the paused engine: the pause
+    alone settles them, nothing waits for them."""
+    current = cluster.served
     ray.get(board.start_update.remote())
     try:
         if mode == "wait":  # the turns in flight finish on the old weights first
-            _until_settled(board, lambda: None)
-            ray.get(board.paused.remote())
-            times = cluster.update_weights(source, version, mode)
-        else:
-            ray.get(board.paused.remote())
-            settle = (lambda: _until_settled(board, cluster.abort_requests)) \
-                if mode == "abort" else (lambda: None)
-            times = cluster.update_weights(source, version, mode, after_pause=settle)
-    except BaseException:
-        ray.get(board.finish_update.remote(cluster.roster.policy_version))
-        raise
-    ray.get(board.finish_update.remote(cluster.roster.policy_version))
-    log.info("policy %d -> %d (%s): pause %.2f s, weights %.2f s, caches %.2f s, resume %.2f s",
-             current, cluster.roster.policy_version, mode, times.pause_s, times.weights_s,
-             times.invalidate_s, times.resume_s)
+            _until_settled(board)
+        ray.get(board.paused.remote())
+        times = cluster.update_weights(source, version, mode)
+    finally:
+        served = cluster.served
+        if not cluster.broken:  # a broken fleet: no turn may begin again
+            ray.get(board.finish_update.remote(served.version, served.digest))
+    log.info("policy %s -> %s (%s): pause %.2f s, weights %.2f s, caches %.2f s, "
+             "resume %.2f s", current.label, served.label, mode, times.pause_s,
+             times.weights_s, times.invalidate_s, times.resume_s)
     return times.as_dict()
 
 
-def _until_settled(board: Any, nudge: Callable[[], None]) -> None:
-    """Until no turn is in flight (`nudge` between looks: aborting what engines still hold)."""
+def _until_settled(board: Any) -> None:
+    """Until no turn is in flight."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while ray.get(board.turns_in_flight.remote()):
         if time.monotonic() > deadline:
             raise TurnsDidNotSettle(f"turns still in flight after {SETTLE_TIMEOUT_S:.0f} s; "
                                     "the update did not start")
-        nudge()
         time.sleep(0.05)

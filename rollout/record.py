@@ -55,6 +55,7 @@ TURN = {
     "latency_s": Value("float32"),
     "tool_s": Value("float32"),
     "policy_version": Value("int32"),  # the weights every token of the turn was sampled from
+    "policy_checkpoint": Value("string"),  # their digest (serving/checkpoints.py)
     "resampled": Value("int32"),  # times the turn was sampled again: an update cut it short
 }
 
@@ -77,6 +78,7 @@ PROVENANCE = {
     "config_hash": Value("string"),
     "seed": Value("int64"),
     "versions": Value("string"),  # JSON object of package versions
+    "checkpoint": Value("string"),  # the served weights' digest when the run started
     "created_at": Value("string"),
 }
 
@@ -157,11 +159,12 @@ class Provenance:
     config_hash: str
     seed: int
     versions: str
+    checkpoint: str = ""  # the served weights' digest at the start (version 0)
 
     def stamp(self) -> dict[str, Any]:
         return {"model": self.model, "model_path": self.model_path,
                 "config_hash": self.config_hash, "seed": self.seed, "versions": self.versions,
-                "created_at": datetime.now(UTC).isoformat()}
+                "checkpoint": self.checkpoint, "created_at": datetime.now(UTC).isoformat()}
 
 
 @dataclass
@@ -202,6 +205,7 @@ class TurnRecord:
     latency_s: float
     tool_s: float
     policy_version: int = 0
+    policy_checkpoint: str = ""
     resampled: int = 0
 
     @property

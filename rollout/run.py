@@ -128,7 +128,8 @@ def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir:
         # a kept cluster's engines may have served earlier sweep members
         counted = _prefix_counters(roster.prefix_hits)
         provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
-                                config_hash(cfg), int(cfg.seed), _versions())
+                                config_hash(cfg), int(cfg.seed), _versions(),
+                                cluster.served.digest)
         sampling = rollout.sampling()
         try:
             check_sampling(endpoint, sampling)

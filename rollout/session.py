@@ -147,7 +147,7 @@ class Session:
             raise short()
         seed = request_seed(self.seed, self.job, n)
         try:
-            done, version, resampled = await self._sample(n, budget, seed)
+            done, version, checkpoint, resampled = await self._sample(n, budget, seed)
         except TurnTooLong as exc:  # no call fits the room left: none is started
             raise (ContextLimit() if exc.context_full else short()) from None
         except ServingError as exc:
@@ -158,20 +158,21 @@ class Session:
         calls, new, submitted, tool_s = await self._run_tools(episode, done)
         self.timings.tool_s += tool_s
         turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode,
-                                  version, resampled))
+                                  version, checkpoint, resampled))
         self.prompt_ids = self.client.next_prompt(self.prompt_ids, done, history, new,
                                                   self.env.tools)
         self.trace.messages = history + new
         if submitted:
             raise Submitted()
 
-    async def _sample(self, n: int, budget: int, seed: int) -> tuple[ToolTurn, int, int]:
-        """One turn sampled whole from one policy version: (turn, its version, how many times
-        an update cut it short and it was sampled again)."""
+    async def _sample(self, n: int, budget: int, seed: int
+                      ) -> tuple[ToolTurn, int, str, int]:
+        """One turn sampled whole from one policy version: (turn, its version, its checkpoint's
+        digest, how many times an update cut it short and it was sampled again)."""
         key = f"{self.session_id}:{n}"
         resampled = 0
         while True:
-            version = await self.fence.begin(key)
+            version, checkpoint = await self.fence.begin(key)
             try:
                 self._check_lag(version)
                 done = await self.client.complete(self.prompt_ids, self.trace.messages,
@@ -179,7 +180,7 @@ class Session:
             finally:
                 whole = await self.fence.end(key)
             if whole and done.generation.finish_reason != "abort":
-                return done, version, resampled
+                return done, version, checkpoint, resampled
             resampled += 1
 
     def _check_lag(self, version: int) -> None:
@@ -242,7 +243,8 @@ class Session:
 
 
 def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: float,
-                 logprobs_mode: str, version: int, resampled: int) -> TurnRecord:
+                 logprobs_mode: str, version: int, checkpoint: str,
+                 resampled: int) -> TurnRecord:
     gen, s = done.generation, done.sampling
     return TurnRecord(
         index=n, prompt_token_ids=gen.prompt_token_ids, completion_token_ids=gen.token_ids,
@@ -253,4 +255,5 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         logit_bias=json.dumps(done.logit_bias, sort_keys=True), issues=done.issues,
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
-        latency_s=gen.latency_s, tool_s=tool_s, policy_version=version, resampled=resampled)
+        latency_s=gen.latency_s, tool_s=tool_s, policy_version=version,
+        policy_checkpoint=checkpoint, resampled=resampled)

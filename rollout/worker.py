@@ -27,7 +27,7 @@ class RolloutWorker:
         self.env = load(env_cfg)
         self.client = ModelClient(endpoint, sampling)
         self.limits, self.seed, self.provenance = limits, seed, provenance
-        self.fence = TurnFence(board)
+        self.fence = TurnFence(board, provenance.checkpoint)
         self.node_id = ray.get_runtime_context().get_node_id()
         # What is loaded by now (Ray, the tokenizer, the tasks) lives as long as the actor: the
         # collector's full passes skip it (the collector took 6% of an actor's CPU at 1,024

@@ -18,24 +18,24 @@ import atexit
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from serving.checkpoints import (
+    CheckpointStore,
+    PolicyCheckpoint,
+    PolicyUpdateError,
+    Retention,
+    digest_of,
+    write_served,
+)
 from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.errors import ServingError
 from serving.kvtier import MooncakeTier
 from serving.model_dir import resolve_model_dir, tokenizer_markup_ids
-from serving.policy import (
-    PolicyUpdateError,
-    SharedMemoryCheckpoints,
-    UpdateTimes,
-    check_checkpoint,
-    complete_model_dir,
-    on_all,
-    update_fleet,
-)
+from serving.policy import FleetBroken, UpdateTimes, update_fleet
 from serving.process import sweep_socket_folders
 from serving.topologies import TOPOLOGIES, topology_class
 from serving.topologies.base import Placement, Topology
@@ -64,8 +64,11 @@ class Cluster:
         self.endpoint: Endpoint | None = None
         self.model_dir = Path()
         self._lock = threading.Lock()
-        self._updating = threading.Lock()
-        self._memory: SharedMemoryCheckpoints | None = None
+        # the one owner of the served policy version: every engine, the tier's connectors and
+        # every restarted worker are handed it from here
+        self.served: PolicyCheckpoint | None = None
+        self.checkpoints: CheckpointStore | None = None
+        self.broken = ""  # why the fleet may not take new weights again (FleetBroken)
 
     def __enter__(self) -> Endpoint:
         try:
@@ -81,12 +84,16 @@ class Cluster:
         sweep_socket_folders()
         model_dir = self.model_dir = resolve_model_dir(self.model, self.cache_dir)
         markup = tokenizer_markup_ids(model_dir)
+        self.served = PolicyCheckpoint(0, str(model_dir), _identity(model_dir, self.cache_dir))
+        served_file = write_served(self.run_dir, self.served)
         tier = self._start_kv_tier()
         where = Placement(self.serving, self.model, model_dir, self.run_dir, self.cache_dir,
-                          tier.extra_config() if tier else None)
-        self.topology = self.topology_cls(where, self.roster.replace)
+                          {**tier.extra_config(), "served_policy": str(served_file)}
+                          if tier else None)
+        self.topology = self.topology_cls(where, self.roster.replace, self.served)
         self.topology.check()
         started = self.topology.start()
+        self.topology.declare_version()
         self.roster.fill(started.engines, started.router_metrics)
         self.endpoint = Endpoint(
             base_url=f"{started.root_url}/v1", model=self.model.name, model_dir=str(model_dir),
@@ -115,49 +122,49 @@ class Cluster:
         return next(e for e in self.roster.engines() if e.name == name)
 
     def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
-                       mode: str = "wait",
-                       after_pause: Callable[[], None] = lambda: None) -> UpdateTimes:
+                       mode: str = "wait") -> UpdateTimes:
         """New policy weights on every engine, in place (serving/policy.py): `source` is a
-        checkpoint folder (safetensors) or the tensors themselves (name -> tensor, written
-        once to host shared memory). Checked against the served model before any engine
-        switches. `version` (default: the next) must be newer than the one served."""
-        with self._updating:
-            if self.topology is None:
-                raise ServingError("the cluster is not running")
-            current = self.roster.policy_version
-            version = current + 1 if version is None else version
-            if version <= current:
+        checkpoint folder (safetensors) or the tensors themselves (name -> tensor), checked
+        against the served model before anything is written or loaded, then kept in the run
+        folder as serving.keep_checkpoints and serving.keep_every say (serving/checkpoints.py).
+        `version` (default: the next) must be newer than the one served. No worker restarts
+        while it runs."""
+        topology = self.topology
+        if topology is None or self.served is None:
+            raise ServingError("the cluster is not running")
+        with topology.lock:
+            if self.broken:
+                raise FleetBroken(f"the fleet takes no new weights after a failed update: "
+                                  f"{self.broken}")
+            current = self.served
+            version = current.version + 1 if version is None else version
+            if version <= current.version:
                 raise PolicyUpdateError(f"version {version} is not newer than the served "
-                                        f"version {current}")
-            if isinstance(source, dict):
-                if self._memory is None:
-                    self._memory = SharedMemoryCheckpoints(self.model_dir)
-                checkpoint = self._memory.write(source, version)
-            else:
-                checkpoint = Path(source).absolute()
-            check_checkpoint(self.model_dir, checkpoint)
-            scratch = self.run_dir / "policy"
-            scratch.mkdir(parents=True, exist_ok=True)
-            checkpoint = complete_model_dir(checkpoint, self.model_dir, scratch)
-            topology = self.topology
-            times = update_fleet(topology.controls(), checkpoint, version,
-                                 (topology.serving_dir, current), mode, after_pause)
-            topology.serving_dir, topology.policy_version = checkpoint, version
+                                        f"version {current.version}")
+            if self.checkpoints is None:
+                self.checkpoints = CheckpointStore(self.run_dir, current, Retention(
+                    self.serving.keep_checkpoints, self.serving.keep_every))
+            store = self.checkpoints
+            checkpoint = (store.from_tensors(source, version) if isinstance(source, dict)
+                          else store.from_folder(Path(source), version))
+            try:
+                times = update_fleet(topology.controls(), checkpoint, current, mode,
+                                     lambda c: write_served(self.run_dir, c))
+            except FleetBroken as exc:
+                self.broken = str(exc)
+                raise
+            except PolicyUpdateError:
+                store.discard(checkpoint, current)
+                raise
+            self.served = topology.served = checkpoint
             self.roster.policy_version = version
+            store.retain(checkpoint)
             topology.after_update()
-            log.info("policy version %d served (%s): %.2f s", version, checkpoint,
-                     times.total_s)
+            log.info("policy version %s served (%s): %.2f s", checkpoint.label,
+                     checkpoint.path, times.total_s)
             return times
 
-    def abort_requests(self) -> None:
-        """Abort every request every engine holds (an update in `abort` mode)."""
-        if self.topology is not None:
-            on_all(self.topology.controls(), lambda c: c.abort_all())
-
     def stop(self) -> None:
-        if self._memory is not None:
-            self._memory.close()
-            self._memory = None
         with self._lock:
             topology, self.topology = self.topology, None
             tier, self.kv_tier = self.kv_tier, None
@@ -166,6 +173,15 @@ class Cluster:
         if tier is not None:  # after the engines, its clients
             log.info("stopping the KV tier")
             tier.stop()
+
+
+def _identity(model_dir: Path, cache_dir: Path) -> str:
+    """The served folder's digest ("" when it has no weights here, as an external server's
+    tokenizer folder may not)."""
+    try:
+        return digest_of(model_dir, cache_dir)
+    except PolicyUpdateError:
+        return ""
 
 
 class _KeptCluster:

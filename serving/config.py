@@ -67,6 +67,10 @@ class ServingConfig:
     request_timeout_s: float = 600.0
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # RL: which policy checkpoints the run folder keeps (serving/checkpoints.py): the last
+    # `keep_checkpoints` versions and every `keep_every`-th (null: none), besides the served one
+    keep_checkpoints: int = 2
+    keep_every: int | None = None
     # Dynamo topologies (kv_routed, disagg)
     engines: int = 2
     prefill_engines: int = 1

@@ -185,6 +185,10 @@ class FrontDoor:
     def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
         raise NotImplementedError
 
+    def logit_bias(self, grammar: ToolCallGrammar | None) -> dict[int, float]:
+        """The logit bias this server applies beside `grammar` (what a replay must apply)."""
+        return {}
+
     def _token_fields(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -240,8 +244,11 @@ class VllmFrontDoor(FrontDoor):
             return {}
         fields: dict[str, Any] = {"structured_outputs": {"structural_tag": grammar.json()}}
         if grammar.logit_bias:
-            fields["logit_bias"] = {str(k): v for k, v in grammar.logit_bias.items()}
+            fields["logit_bias"] = {str(k): v for k, v in self.logit_bias(grammar).items()}
         return fields
+
+    def logit_bias(self, grammar: ToolCallGrammar | None) -> dict[int, float]:
+        return dict(grammar.logit_bias) if grammar else {}
 
     def _token_fields(self) -> dict[str, Any]:
         return {"return_token_ids": True}
@@ -266,6 +273,7 @@ class DynamoFrontDoor(FrontDoor):
     FIELDS = ("worker_id", "prompt_token_ids", "completion_token_ids")
 
     def _grammar_fields(self, grammar: ToolCallGrammar | None) -> dict[str, Any]:
+        # Dynamo 1.6.1's frontend drops `logit_bias` (FrontDoor.logit_bias: none applied)
         return {} if grammar is None else {"guided_grammar": grammar.ebnf}
 
     def _token_fields(self) -> dict[str, Any]:

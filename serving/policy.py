@@ -1,11 +1,15 @@
-"""New policy weights for running engines: checked before any engine switches, loaded in place.
+"""New policy weights for running engines: checked before any engine switches, loaded in place,
+read back before anything samples again.
 
 An update is: pause every engine (turns in flight wait, are aborted, or are kept, by `mode`),
-drop every KV computed with the old weights (the engine's prefix cache, and the host KV tier:
-its connector moves to a new key namespace), load the checkpoint on every engine (vLLM's
-`reload_weights`: the model's own loader over the folder's safetensors), resume. If one engine
-fails to load, every engine that switched loads the previous checkpoint again, so the fleet
-never serves two versions; the error names the engine and the cause.
+load the checkpoint on every engine (vLLM's `reload_weights`: the model's own loader over the
+folder's safetensors, the engine's weight version set to the checkpoint's label), publish the
+new served policy (the KV tier's connectors key their blocks by it), drop every KV computed with
+the old weights (the prefix cache, running requests' KV, and the tier connector's namespace: a
+cache reset whose result is checked), read every engine's weight version back, resume. If one
+engine fails or reports another version, every engine goes back to the previous checkpoint the
+same way, so the fleet never serves two versions; if that fails too, or the resume does, the
+error (`FleetBroken`) names every engine and the version it reports, and nothing resumes.
 
 Each engine is reached through its control routes (`EngineControl`): vLLM's server routes for
 development (`VLLM_SERVER_DEV_MODE=1`, set for the engines the project starts; loopback only)
@@ -15,30 +19,29 @@ disaggregated fleet are paused together and resumed together.
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from serving.errors import ServingError
+from serving.checkpoints import PolicyCheckpoint, PolicyUpdateError
 
 log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("wait", "abort", "keep")
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's update routes (on loopback, like the server)
-REMOTE_KV_WAIT_S = 30.0  # how long a decode worker's pause waits out a request's KV in transit
+REMOTE_KV_WAIT_S = 30.0  # how long a decode worker's reset waits out a request's KV in transit
+RESET_TRIES = 5  # a vLLM cache reset refused while blocks are held (async saves) is tried again
 
 
-class PolicyUpdateError(ServingError):
-    """An update the fleet refused or could not finish; the message names what and where."""
+class FleetBroken(PolicyUpdateError):
+    """An update failed and so did the way back (or the resume): the engines may serve
+    different weights, so nothing may sample from them again. The message names every engine
+    and the version it reports."""
 
 
 @dataclass(frozen=True)
@@ -59,109 +62,21 @@ class UpdateTimes:
         return {**asdict(self), "total_s": self.total_s}
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
-
-def _header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """A safetensors file's tensors: name -> (dtype, shape), read from its header alone."""
-    with path.open("rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        if not 0 < size < 100 << 20:
-            raise ValueError(f"header of {size} bytes")
-        header = json.loads(f.read(size))
-    data = path.stat().st_size - 8 - size
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        end = info["data_offsets"][1]
-        if end > data:
-            raise ValueError(f"tensor {name} ends at byte {end}, past the file's {data}")
-        out[name] = (info["dtype"], tuple(info["shape"]))
-    return out
-
-
-def tensors_of(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Every tensor of a checkpoint folder's safetensors files, with dtype and shape."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise PolicyUpdateError(f"checkpoint {folder} has no *.safetensors files")
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for file in files:
-        try:
-            out.update(_header(file))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise PolicyUpdateError(f"checkpoint file {file} cannot be read: {exc}") from None
-    return out
-
-
-def check_checkpoint(served: Path, checkpoint: Path) -> None:
-    """PolicyUpdateError naming the first tensor that does not fit the served model (missing,
-    extra, another shape or dtype); nothing is loaded anywhere before this passes."""
-    if not checkpoint.is_dir():
-        raise PolicyUpdateError(f"checkpoint {checkpoint} is not a folder")
-    want, have = tensors_of(served), tensors_of(checkpoint)
-    missing = sorted(set(want) - set(have))
-    if missing:
-        raise PolicyUpdateError(f"checkpoint {checkpoint} lacks tensor {missing[0]} "
-                                f"({len(missing)} missing)")
-    extra = sorted(set(have) - set(want))
-    if extra:
-        raise PolicyUpdateError(f"checkpoint {checkpoint} has tensor {extra[0]}, which the "
-                                f"served model does not ({len(extra)} extra)")
-    for name, (dtype, shape) in want.items():
-        if have[name][1] != shape:
-            raise PolicyUpdateError(f"checkpoint {checkpoint}: tensor {name} has shape "
-                                    f"{list(have[name][1])}, the served model {list(shape)}")
-        if have[name][0] != dtype:
-            raise PolicyUpdateError(f"checkpoint {checkpoint}: tensor {name} is "
-                                    f"{have[name][0]}, the served model's is {dtype}")
-
-
-class SharedMemoryCheckpoints:
-    """Tensors a trainer hands over in memory become a checkpoint in host shared memory
-    (/dev/shm): written once, read by every engine's loader. The current version and the one
-    before it (kept for a rollback) are the only copies."""
-
-    def __init__(self, like: Path) -> None:
-        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-        self.root = Path(tempfile.mkdtemp(prefix="rollfleet-weights-", dir=base))
-        self.like = like  # the served model's folder: its other files (config) are copied
-        self.kept: list[Path] = []
-
-    def write(self, tensors: dict[str, Any], version: int) -> Path:
-        from safetensors.torch import save_file
-
-        folder = self.root / f"v{version}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for extra in self.like.iterdir():
-            if extra.is_file() and extra.suffix != ".safetensors" and \
-                    extra.name != "model.safetensors.index.json":
-                shutil.copy2(extra, folder / extra.name)
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()},
-                  str(folder / "model.safetensors"))
-        self.kept.append(folder)
-        while len(self.kept) > 2:
-            shutil.rmtree(self.kept.pop(0), ignore_errors=True)
-        return folder
-
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 # -- engine controls -------------------------------------------------------------------------------
 
 class EngineControl:
-    """One engine's pause / reset / load / resume, over HTTP."""
+    """One engine's pause / load / reset / version / resume, over HTTP."""
 
     name: str
 
     def __init__(self, name: str, url: str, timeout_s: float = 600.0) -> None:
         self.name, self.url, self.timeout_s = name, url, timeout_s
 
-    def _post(self, path: str, body: dict | None = None, params: dict | None = None) -> Any:
+    def _request(self, method: str, path: str, body: dict | None = None,
+                 params: dict | None = None) -> Any:
         try:
-            resp = httpx.post(f"{self.url}{path}", json=body, params=params,
-                              timeout=self.timeout_s)
+            resp = httpx.request(method, f"{self.url}{path}", json=body, params=params,
+                                 timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise PolicyUpdateError(f"engine {self.name}: {path}: {type(exc).__name__}: "
                                     f"{exc}") from None
@@ -173,18 +88,25 @@ class EngineControl:
     def pause(self, mode: str) -> None:
         raise NotImplementedError
 
-    def invalidate(self) -> None:
-        """Drop every cached KV block, the host tier's included (its connector's reset)."""
+    def load(self, checkpoint: PolicyCheckpoint) -> None:
+        """The checkpoint's weights, and its label as the engine's weight version."""
         raise NotImplementedError
 
-    def load(self, checkpoint: Path, version: int) -> None:
+    def invalidate(self, mode: str) -> None:
+        """Drop every cached KV block, running requests' and the host tier's included (its
+        connector moves to the served policy's namespace); PolicyUpdateError unless the engine
+        says it did."""
+        raise NotImplementedError
+
+    def version(self) -> str:
+        """The weight version the engine reports (a checkpoint's label)."""
+        raise NotImplementedError
+
+    def declare(self, checkpoint: PolicyCheckpoint) -> None:
+        """The engine serves `checkpoint` already (it started from it): say so."""
         raise NotImplementedError
 
     def resume(self) -> None:
-        raise NotImplementedError
-
-    def abort_all(self) -> None:
-        """Abort every request the engine holds (queued ones included)."""
         raise NotImplementedError
 
 
@@ -192,69 +114,87 @@ class VllmControl(EngineControl):
     """vLLM's OpenAI server, development routes (`VLLM_SERVER_DEV_MODE=1`)."""
 
     def pause(self, mode: str) -> None:
-        self._post("/pause", params={"mode": mode, "clear_cache": "false"})
+        self._request("POST", "/pause", params={"mode": mode, "clear_cache": "false"})
 
-    def invalidate(self) -> None:
+    def load(self, checkpoint: PolicyCheckpoint) -> None:
+        self._request("POST", "/collective_rpc", {
+            "method": "reload_weights", "kwargs": {"weights_path": checkpoint.path}})
+        self.declare(checkpoint)
+
+    def invalidate(self, mode: str) -> None:
         # running requests (keep mode's frozen ones) are preempted: recomputed under the new
-        # weights when they resume
-        self._post("/reset_prefix_cache", params={"reset_running_requests": "true",
-                                                  "reset_external": "true"})
+        # weights when they resume. vLLM answers 200 with success false while blocks are
+        # held (an asynchronous save): tried again, then an error.
+        for attempt in range(RESET_TRIES):
+            answer = self._request("POST", "/reset_prefix_cache", params={
+                "reset_running_requests": "true", "reset_external": "true"})
+            if answer.get("success") is True:
+                return
+            time.sleep(0.2 * 2 ** attempt)
+        raise PolicyUpdateError(f"engine {self.name}: /reset_prefix_cache: the engine did not "
+                                f"drop its cache ({answer}) in {RESET_TRIES} tries")
 
-    def load(self, checkpoint: Path, version: int) -> None:
-        self._post("/collective_rpc", {"method": "reload_weights",
-                                       "kwargs": {"weights_path": str(checkpoint)}})
-        self._post("/update_weight_version", {"new_version": str(version)})
+    def version(self) -> str:
+        return str(self._request("GET", "/weight_info").get("weight_version"))
+
+    def declare(self, checkpoint: PolicyCheckpoint) -> None:
+        self._request("POST", "/update_weight_version", {"new_version": checkpoint.label})
 
     def resume(self) -> None:
-        self._post("/resume")
-
-    def abort_all(self) -> None:
-        self._post("/abort_requests", {"abort_all": True})
+        self._request("POST", "/resume")
 
 
 class DynamoControl(EngineControl):
     """A Dynamo vLLM worker's engine routes on its system port (`/engine/<route>`)."""
 
     def _engine(self, route: str, body: dict) -> dict:
-        answer = self._post(f"/engine/{route}", body)
-        if isinstance(answer, dict) and answer.get("status") == "error":
-            raise PolicyUpdateError(f"engine {self.name}: {route}: {answer.get('message')}")
+        answer = self._request("POST", f"/engine/{route}", body)
+        if not isinstance(answer, dict) or answer.get("status") != "ok":
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise PolicyUpdateError(f"engine {self.name}: {route}: {message}")
         return answer
 
     def pause(self, mode: str) -> None:
-        # Dynamo's pause is the only place a worker's cache reset reaches the KV connector and
-        # reports its failure (its flush and update routes ignore the reset's result): the
-        # caches are dropped here, while the engine is paused and before the new weights.
+        self._engine("pause_generation", {"mode": mode, "clear_cache": False})
+
+    def load(self, checkpoint: PolicyCheckpoint) -> None:
+        # Dynamo resets the prefix cache after loading but ignores the reset's result and
+        # leaves the KV connector alone: `invalidate` does it properly
+        self._engine("update_weights_from_disk", {"model_path": checkpoint.path,
+                                                  "weight_version": checkpoint.label})
+
+    def invalidate(self, mode: str) -> None:
+        # A pause with clear_cache is the one route of Dynamo 1.6.1 whose cache reset reaches
+        # the KV connector, drops running requests' KV and reports a failure (its flush and
+        # update routes do neither). The engine is paused already; `keep` leaves it so.
         deadline = time.monotonic() + REMOTE_KV_WAIT_S
         while True:
             try:
-                self._engine("pause_generation", {"mode": mode, "clear_cache": True})
+                self._engine("pause_generation", {"mode": "keep", "clear_cache": True})
                 return
             except PolicyUpdateError as exc:
                 # vLLM 0.31 cannot drop a decode engine's cache while a request there waits
                 # for its KV from the prefill worker (seen in the loop benchmark, with no turn
                 # of ours in flight: a finished or cancelled request's leftover). In wait and
                 # abort modes nothing of ours runs on: resume so that it lands and ends, then
-                # pause again. In keep mode the turns kept would run on, so it fails instead.
+                # reset again. In keep mode the turns kept would run on, so it fails instead.
                 if ("remote KV" not in str(exc) or mode == "keep"
                         or time.monotonic() > deadline):
                     raise
-                log.info("engine %s: a request still waits for its KV; pausing again", self.name)
+                log.info("engine %s: a request still waits for its KV; resetting again",
+                         self.name)
                 self._engine("resume_generation", {})
                 time.sleep(0.5)
+                self._engine("pause_generation", {"mode": mode, "clear_cache": False})
 
-    def invalidate(self) -> None:
-        pass  # done by pause (above)
+    def version(self) -> str:
+        return str(self._engine("get_weight_version", {}).get("version"))
 
-    def load(self, checkpoint: Path, version: int) -> None:
-        self._engine("update_weights_from_disk", {"model_path": str(checkpoint),
-                                                  "weight_version": str(version)})
+    def declare(self, checkpoint: PolicyCheckpoint) -> None:
+        self._engine("set_weight_version", {"weight_version": checkpoint.label})
 
     def resume(self) -> None:
         self._engine("resume_generation", {})
-
-    def abort_all(self) -> None:
-        self._engine("abort_request", {"abort_all": True})
 
 
 def on_all(controls: list[EngineControl], step: Callable[[EngineControl], None]) -> None:
@@ -266,45 +206,93 @@ def on_all(controls: list[EngineControl], step: Callable[[EngineControl], None])
         raise errors[0]
 
 
-def update_fleet(controls: list[EngineControl], checkpoint: Path, version: int,
-                 previous: tuple[Path, int], mode: str,
-                 after_pause: Callable[[], None] = lambda: None) -> UpdateTimes:
-    """Pause, invalidate, load, resume every engine (see the module's docstring). `after_pause`
-    runs while the engines are paused, before anything is dropped (a caller settling the turns
-    it has in flight)."""
+def versions(controls: list[EngineControl]) -> dict[str, str]:
+    """Each engine's reported weight version (or why it could not say)."""
+    out = {}
+    for c in controls:
+        try:
+            out[c.name] = c.version()
+        except PolicyUpdateError as exc:
+            out[c.name] = f"unknown ({exc})"
+    return out
+
+
+def check_versions(controls: list[EngineControl], checkpoint: PolicyCheckpoint) -> None:
+    """PolicyUpdateError unless every engine reports `checkpoint`'s label."""
+    seen = versions(controls)
+    wrong = {name: v for name, v in seen.items() if v != checkpoint.label}
+    if wrong:
+        raise PolicyUpdateError(f"engines report other weights than {checkpoint.label}: "
+                                f"{wrong}")
+
+
+def switch_to(controls: list[EngineControl], checkpoint: PolicyCheckpoint, mode: str,
+              publish: Callable[[PolicyCheckpoint], None],
+              loaded: list[EngineControl] | None = None) -> tuple[float, float]:
+    """Load `checkpoint` on every engine, publish it as served, drop every cache, read the
+    versions back; (seconds loading, seconds invalidating). `loaded` collects the engines that
+    began loading (a load that fails halfway may have changed weights too)."""
+    t0 = time.perf_counter()
+
+    def load(c: EngineControl) -> None:
+        if loaded is not None:
+            loaded.append(c)
+        c.load(checkpoint)
+
+    on_all(controls, load)
+    t1 = time.perf_counter()
+    publish(checkpoint)
+    on_all(controls, lambda c: c.invalidate(mode))
+    check_versions(controls, checkpoint)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
+                 previous: PolicyCheckpoint, mode: str,
+                 publish: Callable[[PolicyCheckpoint], None] = lambda c: None) -> UpdateTimes:
+    """Pause, load, publish, invalidate, check, resume every engine (see the module's
+    docstring). `publish` makes a checkpoint the served one for whatever keys by it (the KV
+    tier); it runs before the caches are dropped."""
     if mode not in PAUSE_MODES:
         raise PolicyUpdateError(f"unknown pause mode {mode!r}; one of {PAUSE_MODES}")
     t0 = time.perf_counter()
     try:
         on_all(controls, lambda c: c.pause(mode))
-        after_pause()
     except Exception:  # nothing switched yet: serve on, on the old weights
         on_all(controls, _resume_quietly)
         raise
     t1 = time.perf_counter()
-    switched: list[EngineControl] = []
+    loaded: list[EngineControl] = []
     try:
-        on_all(controls, lambda c: c.invalidate())
-        t2 = time.perf_counter()
-
-        def load(c: EngineControl) -> None:
-            switched.append(c)  # a load that fails halfway may have changed weights too
-            c.load(checkpoint, version)
-
-        on_all(controls, load)
-        t3 = time.perf_counter()
+        weights_s, invalidate_s = switch_to(controls, checkpoint, mode, publish, loaded)
     except PolicyUpdateError as exc:
-        log.error("policy update to version %d failed (%s); %d engines go back to %s", version,
-                  exc, len(switched), previous[0])
+        log.error("policy update to %s failed (%s); every engine goes back to %s",
+                  checkpoint.label, exc, previous.label)
         try:
-            on_all(switched, lambda c: c.load(*previous))
-        finally:
-            on_all(controls, _resume_quietly)
-        raise PolicyUpdateError(f"update to version {version} failed, every engine serves "
-                                f"the previous weights again: {exc}") from None
-    on_all(controls, lambda c: c.resume())
-    t4 = time.perf_counter()
-    return UpdateTimes(t1 - t0, t3 - t2, t2 - t1, t4 - t3)
+            on_all(loaded, lambda c: c.load(previous))
+            publish(previous)
+            on_all(controls, lambda c: c.invalidate(mode))
+            check_versions(controls, previous)
+        except PolicyUpdateError as back:
+            raise FleetBroken(
+                f"update to {checkpoint.label} failed ({exc}), and going back to "
+                f"{previous.label} failed too ({back}); the engines stay paused, reporting "
+                f"{versions(controls)}") from None
+        _resume_or_break(controls, previous)
+        raise PolicyUpdateError(f"update to version {checkpoint.version} failed, every engine "
+                                f"serves the previous weights ({previous.label}) again: "
+                                f"{exc}") from None
+    t2 = time.perf_counter()
+    _resume_or_break(controls, checkpoint)
+    return UpdateTimes(t1 - t0, weights_s, invalidate_s, time.perf_counter() - t2)
+
+
+def _resume_or_break(controls: list[EngineControl], checkpoint: PolicyCheckpoint) -> None:
+    try:
+        on_all(controls, lambda c: c.resume())
+    except PolicyUpdateError as exc:
+        raise FleetBroken(f"resuming on {checkpoint.label} failed ({exc}); the engines "
+                          f"report {versions(controls)}") from None
 
 
 def _resume_quietly(control: EngineControl) -> None:
@@ -312,18 +300,3 @@ def _resume_quietly(control: EngineControl) -> None:
         control.resume()
     except PolicyUpdateError as exc:
         log.warning("resuming %s: %s", control.name, exc)
-
-
-
-def complete_model_dir(checkpoint: Path, served: Path, scratch: Path) -> Path:
-    """`checkpoint` as a folder an engine can start from: itself if it has a config, else a
-    folder in `scratch` with links to its weights and the served model's other files."""
-    if (checkpoint / "config.json").is_file():
-        return checkpoint
-    folder = Path(tempfile.mkdtemp(prefix=f"{checkpoint.name}-", dir=scratch))
-    for f in checkpoint.glob("*.safetensors*"):
-        (folder / f.name).symlink_to(f.absolute())
-    for f in served.iterdir():
-        if f.is_file() and not f.name.startswith("model") and not (folder / f.name).exists():
-            (folder / f.name).symlink_to(f.absolute())
-    return folder

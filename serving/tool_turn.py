@@ -49,8 +49,8 @@ class ToolTurn:
     issues: list[str]  # turn-level: cut_off, subtoken_markup outside any call
     dropped_calls: int = 0  # calls in the sampled tokens the server's parser did not return
     # the grammar the engine masked every sampled token with (xgrammar EBNF; "" when none or
-    # the server's own) and the logit bias beside it: a trainer replays the masks from these
-    # (serving/toolcall/replay.py)
+    # the server's own) and the logit bias the server applied beside it: a trainer replays the
+    # masks from these (serving/toolcall/replay.py)
     grammar: str = ""
     logit_bias: dict[int, float] = field(default_factory=dict)
 
@@ -108,7 +108,7 @@ class ToolCallSampler:
         return ToolTurn(gen, sampling, grammar.description if grammar else "none",
                         parsed.content, parsed.reasoning, calls, parsed.issues,
                         grammar=grammar.ebnf if grammar else "",
-                        logit_bias=dict(grammar.logit_bias) if grammar else {})
+                        logit_bias=self.door.logit_bias(grammar))
 
     async def sample_stock(self, messages: list[dict], tools: list[dict], choice: str | dict,
                            parallel: bool, sampling: Sampling, session_id: str) -> ToolTurn:

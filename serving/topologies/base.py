@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from serving.checkpoints import PolicyCheckpoint
 from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import EngineSlot
 from serving.errors import ServingError
-from serving.policy import EngineControl, PolicyUpdateError
+from serving.policy import EngineControl, PolicyUpdateError, on_all
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,9 @@ class Placement:
     model_dir: Path
     run_dir: Path
     cache_dir: Path
-    kv_tier: dict | None = None  # the KV tier's connector settings, when the tier runs
+    # the KV tier's connector settings, when the tier runs (with `served_policy`: the file the
+    # cluster writes the served policy to, serving/checkpoints.py)
+    kv_tier: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -40,13 +44,17 @@ class Topology:
     name: ClassVar[str]
     front_door: ClassVar[str] = "vllm"
     takes_kv_tier: ClassVar[bool] = True  # runs engines that can use the host KV tier
+    declares_version: ClassVar[bool] = True  # its engines are told the version they serve
 
-    def __init__(self, where: Placement, on_restart: Callable[[EngineSlot], None]) -> None:
+    def __init__(self, where: Placement, on_restart: Callable[[EngineSlot], None],
+                 served: PolicyCheckpoint) -> None:
         self.where = where
         self.on_restart = on_restart  # a restarted engine's new slot, for the roster
-        # what the engines serve now: an engine (re)started later starts from these
-        self.serving_dir = where.model_dir
-        self.policy_version = 0
+        # what the engines serve now (the cluster's, after every update): an engine
+        # (re)started later starts from it and is told its label
+        self.served = served
+        # held while the fleet changes: an update, a worker's restart; never both at once
+        self.lock = threading.RLock()
 
     def check(self) -> None:
         """ServingError for settings this topology cannot run, before anything starts."""
@@ -56,6 +64,11 @@ class Topology:
 
     def restart(self, name: str) -> None:
         raise ServingError(f"serving={self.name} cannot restart its engine {name!r}")
+
+    def declare_version(self) -> None:
+        """Every engine is told the version it serves, so that an update can read it back."""
+        if self.declares_version:
+            on_all(self.controls(), lambda c: c.declare(self.served))
 
     def after_update(self) -> None:
         """Once every engine serves new weights (a router to tell, say)."""

@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -24,7 +25,6 @@ from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
 from serving.dynamo.worker import DynamoWorker
 from serving.endpoint import EngineSlot
-from serving.engine.plugin import POLICY_VERSION_ENV
 from serving.errors import ServingError
 from serving.policy import DynamoControl, EngineControl
 from serving.topologies.base import Started, Topology
@@ -75,7 +75,6 @@ class DynamoTopology(Topology):
         self.frontends: list[DynamoFrontend] = []
         self.watchdog: DeregistrationWatchdog | None = None
         self._stopping = threading.Event()
-        self._restarting = threading.Lock()
 
     def roles(self) -> list[tuple[str, str]]:
         """(name, role) of every worker."""
@@ -93,13 +92,13 @@ class DynamoTopology(Topology):
             raise ServingError(f"serving.frontends must be >= 1, got {cfg.frontends}")
 
     def _worker(self, name: str, role: str, core: int | None) -> DynamoWorker:
-        """A worker serving what the fleet serves now (the latest weights, their version)."""
+        """A worker serving what the fleet serves now (the latest weights; its tier connector
+        reads their version from the served policy file)."""
         w = self.where
         assert self.plane is not None
         extra = {"kv_tier": w.kv_tier} if w.kv_tier else {}
-        env = {**self.plane.env(), POLICY_VERSION_ENV: str(self.policy_version)}
-        return self.worker_cls(name, role, self.serving_dir, w.model, w.serving, w.run_dir,
-                               w.cache_dir, env, core=core, **extra)
+        return self.worker_cls(name, role, Path(self.served.path), w.model, w.serving,
+                               w.run_dir, w.cache_dir, self.plane.env(), core=core, **extra)
 
     def after_update(self) -> None:
         """One short request on each worker: vLLM publishes a cache reset to the router with
@@ -117,9 +116,11 @@ class DynamoTopology(Topology):
                 log.warning("nudging worker %s after the update: %s", worker.name, exc)
 
     def controls(self) -> list[EngineControl]:
+        return [self._control(w) for w in self.workers]
+
+    def _control(self, worker: DynamoWorker) -> DynamoControl:
         host, timeout = self.where.serving.host, self.where.serving.request_timeout_s
-        return [DynamoControl(w.name, f"http://{host}:{w.system_port}", timeout)
-                for w in self.workers]
+        return DynamoControl(worker.name, f"http://{host}:{worker.system_port}", timeout)
 
     def start(self) -> Started:
         """Control plane, then the workers (in parallel), then the frontend(s); warm up."""
@@ -163,8 +164,9 @@ class DynamoTopology(Topology):
     def _restart(self, name: str, expected: DynamoWorker | None = None) -> None:
         """Replace a worker (dead or alive) by a fresh one with the same role. With
         `expected` (the watchdog's), only if that worker is still the one serving: a restart
-        by the caller may have replaced it since it was seen. One restart at a time."""
-        with self._restarting:
+        by the caller may have replaced it since it was seen. One restart at a time, never
+        during an update; the new worker is told the version it serves."""
+        with self.lock:
             old = next((w for w in self.workers if w.name == name), None)
             if old is None or self.plane is None:
                 raise ServingError(f"no worker named {name!r}; workers: "
@@ -180,6 +182,8 @@ class DynamoTopology(Topology):
             new.start()
             new.wait_ready(time.monotonic() + self.where.serving.startup_timeout_s,
                            self._stopping)
+            if self.declares_version:
+                self._control(new).declare(self.served)
         self.on_restart(_slot(new))
 
     def _warm_up(self, url: str) -> None:
@@ -201,7 +205,7 @@ class DynamoTopology(Topology):
             self.watchdog = None
         frontends, self.frontends = self.frontends, []
         _stop_together([f.stop for f in frontends])
-        with self._restarting:  # a restart under way gives up (it sees _stopping) first
+        with self.lock:  # a restart under way gives up (it sees _stopping) first
             workers, self.workers = self.workers, []
         if workers:  # together: each waits out its grace after deregistering (dynamo/worker.py)
             log.info("stopping workers %s", ", ".join(w.name for w in workers))

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 class External(Topology):
     name = "external"
     takes_kv_tier = False
+    declares_version = False  # not ours: it may not have the routes until an update needs them
 
     def check(self) -> None:
         if not (self.where.serving.base_url or "").rstrip("/"):

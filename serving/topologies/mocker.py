@@ -12,6 +12,7 @@ class Mocker(Aggregated):
     name = "mocker"
     worker_cls = MockerWorker
     takes_kv_tier = False
+    declares_version = False  # no model, no weights
 
     @property
     def front_door(self) -> str:  # type: ignore[override]

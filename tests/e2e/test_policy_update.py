@@ -26,11 +26,12 @@ from tests.procs import new_job_processes, process_table
 pytestmark = pytest.mark.e2e
 _RNG = random.Random(7)
 PROMPT = [_RNG.randrange(100, 8000) for _ in range(700)]  # 5 full KV blocks
-TOPOLOGIES = {  # (overrides, update mode): each mode once
-    "embedded": (["serving=embedded"], "abort"),
+TOPOLOGIES = {  # (overrides, the first update's mode, the second's): every mode on a Dynamo
+    # topology, abort on both
+    "embedded": (["serving=embedded"], "abort", "wait"),
     "kv_routed_with_tier": (["serving=kv_routed", "serving.kv_tier=mooncake",
-                             "serving.kv_tier_gib=0.5"], "keep"),
-    "disagg": (["serving=disagg"], "wait"),
+                             "serving.kv_tier_gib=0.5"], "keep", "abort"),
+    "disagg": (["serving=disagg"], "wait", "abort"),
 }
 
 
@@ -88,12 +89,22 @@ def _same(a: Generation, b: Generation) -> bool:
         abs(x - y) < 0.05 for x, y in zip(a.logprobs, b.logprobs, strict=True))
 
 
+@pytest.fixture(scope="module")
+def fresh_on_served(shared_engine) -> Generation:
+    """The replay on an engine that never served anything but the original weights."""
+    return greedy(shared_engine)
+
+
 @pytest.mark.parametrize("topology", TOPOLOGIES)
-def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
-        topology, tmp_path, new_weights, fresh, fresh_engine):
-    overrides, mode = TOPOLOGIES[topology]
+def test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv(
+        topology, tmp_path, new_weights, fresh, fresh_on_served):
+    """Two updates with sessions running: to the perturbed weights (v1), then back to the
+    original ones as v2 (the same bytes as v0 under a new version: the KV tier must not hand
+    v0's blocks to v2, nor v1's)."""
+    overrides, first_mode, second_mode = TOPOLOGIES[topology]
     before_procs = process_table()
     run = tmp_path / "run"
+    served = ensure_tiny_glm(ROOT / ".cache" / "models")
     with Rollouts(["+experiment=rl_loop", *overrides, f"output.dir={run}", "logger=none",
                    "env.task_ids=[stats_mean,stack_pop]", "rollout.samples_per_task=2",
                    "rollout.max_turns=2", "rollout.max_sessions=4",
@@ -103,7 +114,7 @@ def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
         assert greedy(r.cluster.endpoint, names).cached_tokens >= 4 * 128  # cached under v0
         assert not _same(old, fresh)  # the new weights answer otherwise
         first = r.next_groups(2)
-        r.update_weights(new_weights, mode=mode)
+        r.update_weights(new_weights, mode=first_mode)
         assert r.policy_version == 1
         replay = greedy(r.cluster.endpoint, names)
         # no block computed with the old weights is reused: neither the engine's prefix cache
@@ -111,26 +122,35 @@ def test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv(
         assert replay.cached_tokens == 0
         assert _same(replay, fresh), (replay.token_ids, fresh.token_ids)
         second = r.next_groups(2)
+        r.update_weights(served, mode=second_mode)
+        assert r.policy_version == 2
+        back = greedy(r.cluster.endpoint, names)
+        assert back.cached_tokens == 0  # v1's blocks are not v2's, nor are v0's
+        assert _same(back, fresh_on_served), (back.token_ids, fresh_on_served.token_ids)
+        third = r.next_groups(2)
+        labels = {c.name: c.version() for c in r.cluster.topology.controls()}
+        assert set(labels.values()) == {r.cluster.served.label}  # read back from every engine
     records = load_from_disk(str(run / "dataset")).to_list()
     assert {r["status"] for r in records} <= {"ok", "truncated", "stale"}  # nothing lost
-    assert len(records) >= 8 and len({r["rollout_id"] for r in records}) == len(records)
-    versions = [t["policy_version"] for r in records for t in r["turns"]]
-    assert set(versions) == {0, 1}
+    assert len(records) >= 12 and len({r["rollout_id"] for r in records}) == len(records)
+    turns = [t for r in records for t in r["turns"]]
+    assert {t["policy_version"] for t in turns} == {0, 1, 2}
+    digests = {t["policy_version"]: t["policy_checkpoint"] for t in turns}
+    assert digests[0] == digests[2] != digests[1]  # each turn names the weights by content
     for r in records:  # a session's turns never go back in version; each turn is one version
         turn_versions = [t["policy_version"] for t in r["turns"]]
         assert turn_versions == sorted(turn_versions) and r["policy_versions"] == sorted(
             set(turn_versions))
-    assert all(g.versions == [0] for g in first)  # taken before the update
-    assert any(1 in g.versions for g in second)
-    # each record's behaviour logprobs are those of the weights its version tag names: a
-    # trainer's masked recompute at the old weights (v0) and at the new (v1) matches them
-    old_only = [r for r in records if r["policy_versions"] == [0]]
-    new_only = [r for r in records if r["policy_versions"] == [1]]
-    assert old_only and new_only
-    check_behaviour(old_only)
-    check_behaviour(new_only, str(new_weights))
+    assert all(g.versions == [0] for g in first)  # taken before the first update
+    assert any(1 in g.versions for g in second) or any(1 in g.versions for g in third)
+    # each token's behaviour logprob is the one the weights its tag names give it: a trainer's
+    # masked recompute at the old weights (v0, v2) and at the new (v1) matches it
+    by_version = {v: [r for r in records if r["policy_versions"] == [v]] for v in (0, 1, 2)}
+    assert by_version[0] and by_version[1]
+    check_behaviour(by_version[0] + by_version[2])
+    check_behaviour(by_version[1], str(new_weights))
     with pytest.raises(AssertionError):  # the tag matters: v1's tokens are not v0's
-        check_behaviour(new_only)
+        check_behaviour(by_version[1])
     view = load_from_disk(str(run / "trainer"))
-    assert set(view["policy_version"]) <= {0, 1} and len(view) > 0
+    assert set(view["policy_version"]) <= {0, 1, 2} and len(view) > 0
     assert new_job_processes(before_procs) == []

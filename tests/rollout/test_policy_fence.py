@@ -13,12 +13,12 @@ def run(coro):
 
 
 def test_a_turn_with_no_pause_inside_is_whole_and_tagged():
-    board = PolicyBoard(version=3)
+    board = PolicyBoard(version=3, checkpoint="abc")
 
     async def go():
         version = await board.begin("t")
         return version, board.end("t")
-    assert run(go()) == (3, True)
+    assert run(go()) == ((3, "abc"), True)
 
 
 def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
@@ -26,7 +26,7 @@ def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
     whole, with the old version; a turn begun after the update has the new one."""
     async def go():
         board = PolicyBoard(version=0)
-        assert await board.begin("old") == 0
+        assert await board.begin("old") == (0, "")
         board.start_update()
         late = asyncio.create_task(board.begin("new"))
         await asyncio.sleep(0.01)
@@ -34,8 +34,8 @@ def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
         assert board.end("old") is True  # finished before the engines paused
         assert board.turns_in_flight() == 0
         board.paused()
-        board.finish_update(1)
-        assert await late == 1
+        board.finish_update(1, "v1")
+        assert await late == (1, "v1")
         return board.end("new")
     assert run(go()) is True
 
@@ -50,16 +50,16 @@ def test_abort_and_keep_modes_sample_the_turns_in_flight_again(mode):
         board.start_update()
         board.paused()
         assert board.end("t") is False  # cut short (abort) or straddling (keep)
-        board.finish_update(1)
-        assert await board.begin("t") == 1  # the same turn again, on the new weights
+        board.finish_update(1, "v1")
+        assert await board.begin("t") == (1, "v1")  # the same turn again, on the new weights
         return board.end("t")
     assert run(go()) is True
 
 
 def test_an_update_that_fails_reopens_the_board_on_the_version_served():
     async def go():
-        board = PolicyBoard(version=2)
+        board = PolicyBoard(version=2, checkpoint="v2")
         board.start_update()
-        board.finish_update(2)  # rollout/policy_update.py: the version the fleet still serves
+        board.finish_update(2, "v2")  # rollout/policy_update.py: what the fleet still serves
         return await asyncio.wait_for(board.begin("t"), 1)
-    assert run(go()) == 2
+    assert run(go()) == (2, "v2")

@@ -100,7 +100,8 @@ class Versions(TurnFence):
         self.versions, self.whole = list(versions), list(whole)
 
     async def begin(self, turn):
-        return self.versions.pop(0)
+        version = self.versions.pop(0)
+        return version, f"digest-{version}"
 
     async def end(self, turn):
         return self.whole.pop(0)
@@ -113,6 +114,7 @@ def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version()
                     fence=Versions([0, 1, 1], [False, True, True]))
     assert len(door.prompts) == 3 and door.prompts[0] == door.prompts[1]  # the same turn again
     assert [(t["policy_version"], t["resampled"]) for t in rec["turns"]] == [(1, 1), (1, 0)]
+    assert [t["policy_checkpoint"] for t in rec["turns"]] == ["digest-1", "digest-1"]
     assert rec["policy_version"] == 1 and rec["policy_versions"] == [1]
     # an engine aborted the request (abort mode): its partial tokens are never recorded
     rec, door = run([("<tool_call>run", "abort"), call("run_tests"), call("submit")],

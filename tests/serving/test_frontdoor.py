@@ -106,6 +106,8 @@ def test_vllm_takes_token_ids_and_a_structural_tag_and_returns_the_ids():
         16, 0.7, 0.9, 5)
     assert json.loads(body["structured_outputs"]["structural_tag"]) == GRAMMAR.structural_tag
     assert body["logit_bias"] == {"8179": -100.0} and body["logprobs"] == 0
+    door = open_front_door(Endpoint("http://x/v1", "m", "/m"))
+    assert door.logit_bias(GRAMMAR) == {8179: -100.0} and door.logit_bias(None) == {}
     assert (gen.prompt_token_ids, gen.token_ids, gen.logprobs) == ([1, 2, 3], [7, 8],
                                                                    [-0.5, -1.25])
     assert (gen.cached_tokens, gen.engine_id, gen.finish_reason) == (2, "0", "stop")
@@ -131,6 +133,8 @@ def test_dynamo_takes_the_grammar_as_ebnf_and_names_the_workers():
     body = seen["body"]
     assert body["guided_grammar"] == GRAMMAR.ebnf and "structured_outputs" not in body
     assert "logit_bias" not in body  # Dynamo's frontend ignores it: not sent
+    door = open_front_door(Endpoint("http://x/v1", "m", "/m", front_door="dynamo"))
+    assert door.logit_bias(GRAMMAR) == {}  # what a replay of its masks applies: none
     assert body["nvext"]["extra_fields"] == ["worker_id", "prompt_token_ids",
                                              "completion_token_ids"]
     assert (gen.token_ids, gen.engine_id, gen.prefill_engine_id) == ([9], "decode0", "prefill0")

@@ -1,7 +1,8 @@
-"""Checkpoints are checked against the served model before any engine switches; a fleet that
-fails midway goes back to the previous weights on every engine."""
+"""New weights are checked against the served model before anything is written or loaded; the
+fleet loads, publishes, drops every cache and reads every engine's version back before it
+resumes; a fleet that fails midway goes back to the previous weights on every engine, and one
+that cannot says which engine reports what."""
 
-import shutil
 from pathlib import Path
 
 import httpx
@@ -11,17 +12,12 @@ from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
 from serving import policy
-from serving.policy import (
-    DynamoControl,
-    EngineControl,
-    PolicyUpdateError,
-    check_checkpoint,
-    complete_model_dir,
-    update_fleet,
-)
+from serving.checkpoints import PolicyCheckpoint, PolicyUpdateError, check_checkpoint
+from serving.policy import DynamoControl, EngineControl, FleetBroken, VllmControl, update_fleet
 from serving.tiny_model import ensure_tiny_glm
 
 SERVED = ensure_tiny_glm(ROOT / ".cache" / "models")
+V1, V2 = PolicyCheckpoint(1, "/ckpt/v1", "a" * 64), PolicyCheckpoint(2, "/ckpt/v2", "b" * 64)
 
 
 def _checkpoint(tmp_path: Path, change=None) -> Path:
@@ -61,108 +57,186 @@ def test_an_unreadable_or_empty_checkpoint_is_refused(tmp_path):
         check_checkpoint(SERVED, tmp_path / "empty")
 
 
-def test_weights_alone_become_a_folder_an_engine_starts_from(tmp_path):
-    weights = _checkpoint(tmp_path)
-    folder = complete_model_dir(weights, SERVED, tmp_path)
-    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
-    assert (folder / "model.safetensors").resolve() == (weights / "model.safetensors").resolve()
-    whole = tmp_path / "whole"
-    shutil.copytree(SERVED, whole)
-    assert complete_model_dir(whole, SERVED, tmp_path) == whole
-
-
 class Engine(EngineControl):
-    """The steps an engine took (the HTTP routes are the e2e tests' business)."""
+    """The steps an engine took (the HTTP routes are below and in the e2e tests); `fail` names
+    the step and the version at which it fails, `reports` a version it reports whatever it
+    loaded."""
 
-    def __init__(self, name, fail_load=False):
+    def __init__(self, name, fail=(), reports=None):
         super().__init__(name, "http://unused")
-        self.steps, self.fail_load = [], fail_load
+        self.steps, self.fail, self.reports = [], set(fail), reports
+        self.loaded = "0:served"
+
+    def _step(self, step, version=None):
+        self.steps.append(step if version is None else f"{step}:{version}")
+        if (step, version) in self.fail:
+            raise PolicyUpdateError(f"engine {self.name}: {step} failed")
 
     def pause(self, mode):
-        self.steps.append(f"pause:{mode}")
+        self._step(f"pause:{mode}")
 
-    def invalidate(self):
-        self.steps.append("invalidate")
+    def load(self, checkpoint):
+        self.loaded = checkpoint.label
+        self._step("load", checkpoint.version)
 
-    def load(self, checkpoint, version):
-        self.steps.append(f"load:{checkpoint.name}@{version}")
-        if self.fail_load and version == 2:
-            raise PolicyUpdateError(f"engine {self.name}: load failed")
+    def invalidate(self, mode):
+        self._step("invalidate")
+
+    def version(self):
+        return self.reports or self.loaded
+
+    def declare(self, checkpoint):
+        self.loaded = checkpoint.label
 
     def resume(self):
-        self.steps.append("resume")
+        self._step("resume")
 
 
-def test_every_engine_pauses_drops_loads_and_resumes():
+def _update(engines, mode="wait"):
+    published = []
+    times = update_fleet(engines, V2, V1, mode, published.append)
+    return times, published
+
+
+def test_every_engine_pauses_loads_drops_its_caches_and_resumes_on_the_version_read_back():
     engines = [Engine("prefill0"), Engine("decode0")]
-    seen = []
-    times = update_fleet(engines, Path("v2"), 2, (Path("v1"), 1), "abort",
-                         after_pause=lambda: seen.append([e.steps[-1] for e in engines]))
-    assert seen == [["pause:abort", "pause:abort"]]  # both paused before anything is dropped
     for e in engines:
-        assert e.steps == ["pause:abort", "invalidate", "load:v2@2", "resume"]
+        e.declare(V1)
+    times, published = _update(engines, "abort")
+    for e in engines:
+        assert e.steps == ["pause:abort", "load:2", "invalidate", "resume"]
+        assert e.version() == V2.label
+    assert published == [V2]  # before the caches were dropped (the tier reads it then)
     assert times.total_s >= 0
 
 
-def test_turns_that_never_settle_leave_every_engine_serving_the_old_weights():
-    """The caller's settling step fails (turns still in flight in abort mode): the engines
-    were paused, so they resume on the weights they had; nothing was dropped or loaded."""
-    engines = [Engine("prefill0"), Engine("decode0")]
-
-    def never_settles():
-        raise PolicyUpdateError("turns still in flight after 120 s; the update did not start")
-
-    with pytest.raises(PolicyUpdateError, match="still in flight"):
-        update_fleet(engines, Path("v2"), 2, (Path("v1"), 1), "abort", after_pause=never_settles)
-    for e in engines:
-        assert e.steps == ["pause:abort", "resume"]
-
-
 def test_one_engine_failing_puts_every_engine_back_on_the_previous_weights():
-    ok, bad = Engine("decode0"), Engine("decode1", fail_load=True)
-    with pytest.raises(PolicyUpdateError, match="previous weights again.*decode1: load failed"):
-        update_fleet([ok, bad], Path("v2"), 2, (Path("v1"), 1), "wait")
-    assert ok.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
-    # the engine that failed halfway loads the previous weights again too
-    assert bad.steps == ["pause:wait", "invalidate", "load:v2@2", "load:v1@1", "resume"]
+    ok, bad = Engine("decode0"), Engine("decode1", fail={("load", 2)})
+    published = []
+    with pytest.raises(PolicyUpdateError, match=r"previous weights \(1:a+\) again.*decode1: "
+                                                r"load failed") as err:
+        update_fleet([ok, bad], V2, V1, "wait", published.append)
+    assert not isinstance(err.value, FleetBroken)
+    # both go back (the one that failed halfway may have changed weights too), the tier's
+    # namespace with them, every cache is dropped again, and they serve on
+    assert ok.steps == ["pause:wait", "load:2", "load:1", "invalidate", "resume"]
+    assert bad.steps == ["pause:wait", "load:2", "load:1", "invalidate", "resume"]
+    assert published == [V1]
 
 
-class WorkerRoutes:
-    """A Dynamo worker's /engine routes whose cache reset fails `refusals` times the way vLLM
-    0.31's does while a request waits for its KV from the prefill worker."""
+def test_an_engine_reporting_other_weights_after_the_load_is_an_update_that_failed():
+    engines = [Engine("agg0"), Engine("agg1", reports="1:" + "a" * 16)]
+    with pytest.raises(PolicyUpdateError,
+                       match=r"previous weights.*other weights than 2:b+: \{'agg1'"):
+        _update(engines)
+    assert engines[0].steps[-3:] == ["load:1", "invalidate", "resume"]
 
-    def __init__(self, refusals: int) -> None:
-        self.refusals, self.calls = refusals, []
 
-    def post(self, url, json=None, params=None, timeout=None):
+def test_a_failed_way_back_leaves_the_fleet_paused_and_names_every_engines_version():
+    engines = [Engine("agg0"), Engine("agg1", fail={("load", 2), ("load", 1)})]
+    with pytest.raises(FleetBroken, match=r"agg0': '1:a+'.*agg1': '1:a+'") as err:
+        _update(engines)
+    assert "failed too" in str(err.value)
+    assert all("resume" not in e.steps for e in engines)  # nothing samples on a mixed fleet
+
+
+def test_a_resume_that_fails_after_the_load_is_a_broken_fleet_naming_the_versions():
+    engines = [Engine("agg0"), Engine("agg1", fail={("resume", None)})]
+    with pytest.raises(FleetBroken, match=r"resuming on 2:b+ failed.*agg0': '2:b+'"):
+        _update(engines)
+
+
+def test_a_pause_that_fails_resumes_the_engines_on_the_weights_they_have():
+    engines = [Engine("prefill0"), Engine("decode0", fail={("pause:keep", None)})]
+    with pytest.raises(PolicyUpdateError, match="pause:keep failed"):
+        _update(engines, "keep")
+    assert engines[0].steps == ["pause:keep", "resume"]
+
+
+class Routes:
+    """An engine's HTTP routes, scripted: each answer by the route's last path part."""
+
+    def __init__(self, answers=None) -> None:
+        self.answers, self.calls = answers or {}, []
+
+    def request(self, method, url, json=None, params=None, timeout=None):
         route = url.rsplit("/", 1)[-1]
         self.calls.append(route)
-        answer = {"status": "ok"}
-        if route == "pause_generation" and self.refusals:
-            self.refusals -= 1
-            answer = {"status": "error", "message": "Call to pause_scheduler method failed: "
-                      "Failed to reset KV cache ... running requests waiting for remote KV "
-                      "transfer, which is not supported yet."}
+        answer = self.answers.get(route, {"status": "ok"})
+        if isinstance(answer, list):
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
         return httpx.Response(200, json=answer)
 
 
-@pytest.mark.parametrize("mode", ["wait", "abort"])
-def test_a_decode_worker_with_kv_in_transit_is_resumed_and_paused_again(monkeypatch, mode):
-    routes = WorkerRoutes(refusals=2)
-    monkeypatch.setattr(policy.httpx, "post", routes.post)
+def test_a_vllm_reset_answering_success_false_is_never_taken_as_done(monkeypatch):
+    routes = Routes({"reset_prefix_cache": [{"success": False}]})
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
     monkeypatch.setattr(policy.time, "sleep", lambda s: None)
-    DynamoControl("decode0", "http://worker").pause(mode)
-    assert routes.calls == ["pause_generation", "resume_generation"] * 2 + ["pause_generation"]
+    with pytest.raises(PolicyUpdateError, match=r"did not drop its cache \(\{'success': False"):
+        VllmControl("0", "http://engine").invalidate("wait")
+    assert routes.calls == ["reset_prefix_cache"] * policy.RESET_TRIES
+    routes = Routes({"reset_prefix_cache": [{"success": False}, {"success": True}]})
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    VllmControl("0", "http://engine").invalidate("wait")  # held blocks freed: done
+    assert routes.calls == ["reset_prefix_cache"] * 2
 
 
-def test_kv_in_transit_fails_a_keep_pause_and_a_stuck_one_in_time(monkeypatch):
+def test_a_dynamo_route_that_does_not_answer_ok_fails_the_step(monkeypatch):
+    routes = Routes({"update_weights_from_disk": {"status": "error", "message": "no such file"}})
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    with pytest.raises(PolicyUpdateError, match="decode0: update_weights_from_disk: no such"):
+        DynamoControl("decode0", "http://worker").load(V2)
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort", "keep"])
+def test_a_dynamo_update_relies_on_the_pause_and_never_aborts_by_route(monkeypatch, mode):
+    """Dynamo 1.6.1 aborts one request by id and refuses `abort_all`; an update's pause
+    (abort mode: vLLM's own abort of everything the engine holds) is all it sends."""
+    routes = Routes({"get_weight_version": {"status": "ok", "version": V2.label}})
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    update_fleet([DynamoControl("agg0", "http://worker")], V2, V1, mode)
+    assert routes.calls == ["pause_generation", "update_weights_from_disk", "pause_generation",
+                            "get_weight_version", "resume_generation"]
+
+
+class WorkerRoutes(Routes):
+    """A Dynamo worker whose cache reset fails `refusals` times the way vLLM 0.31's does while
+    a request waits for its KV from the prefill worker."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    def request(self, method, url, json=None, params=None, timeout=None):
+        route = url.rsplit("/", 1)[-1]
+        if route == "pause_generation" and json["clear_cache"] and self.refusals:
+            self.refusals -= 1
+            self.calls.append(route)
+            return httpx.Response(200, json={
+                "status": "error", "message": "Call to pause_scheduler method failed: Failed "
+                "to reset KV cache ... running requests waiting for remote KV transfer, which "
+                "is not supported yet."})
+        return super().request(method, url, json, params, timeout)
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort"])
+def test_a_decode_worker_with_kv_in_transit_is_resumed_and_reset_again(monkeypatch, mode):
+    routes = WorkerRoutes(refusals=2)
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    monkeypatch.setattr(policy.time, "sleep", lambda s: None)
+    DynamoControl("decode0", "http://worker").invalidate(mode)
+    assert routes.calls == ["pause_generation", "resume_generation", "pause_generation"] * 2 \
+        + ["pause_generation"]
+
+
+def test_kv_in_transit_fails_a_keep_reset_and_a_stuck_one_in_time(monkeypatch):
     routes = WorkerRoutes(refusals=1)
-    monkeypatch.setattr(policy.httpx, "post", routes.post)
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
     with pytest.raises(PolicyUpdateError, match="decode0: pause_generation: .*remote KV"):
-        DynamoControl("decode0", "http://worker").pause("keep")  # kept turns would run on
+        DynamoControl("decode0", "http://worker").invalidate("keep")  # kept turns would run
     routes = WorkerRoutes(refusals=10**6)
-    monkeypatch.setattr(policy.httpx, "post", routes.post)
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
     monkeypatch.setattr(policy, "REMOTE_KV_WAIT_S", 0.0)
     with pytest.raises(PolicyUpdateError, match="remote KV"):
-        DynamoControl("decode0", "http://worker").pause("wait")
+        DynamoControl("decode0", "http://worker").invalidate("wait")
     assert routes.calls == ["pause_generation"]  # the deadline had passed: no retry

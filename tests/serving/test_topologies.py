@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from serving import ModelConfig, ServingConfig, ServingError
+from serving.checkpoints import PolicyCheckpoint
 from serving.config import ServingConfig as Config
 from serving.topologies import TOPOLOGIES, topology_class
 from serving.topologies.base import Placement, Topology
@@ -13,7 +14,8 @@ from serving.topologies.base import Placement, Topology
 def _topology(**settings) -> Topology:
     cfg = ServingConfig(**settings)
     where = Placement(cfg, ModelConfig(), Path("model"), Path("run"), Path("cache"))
-    return topology_class(cfg.mode)(where, lambda slot: None)
+    return topology_class(cfg.mode)(where, lambda slot: None,
+                                    PolicyCheckpoint(0, "model", ""))
 
 
 def test_each_registered_name_is_its_modules_topology():

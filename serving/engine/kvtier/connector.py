@@ -29,7 +29,6 @@ staging and stores them in the background.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,9 +41,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
+from serving.checkpoints import read_served
 from serving.engine.kvtier.blocks import BlockLayout, block_key, namespace
 from serving.engine.kvtier.client import Saved, TierClient
-from serving.engine.plugin import POLICY_VERSION_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -105,9 +104,10 @@ class MooncakeTierConnector(KVConnectorBase_V1):
         self.layer_names = list(groups[0].layer_names)
         self.geometry = namespace(vllm_config.model_config.model, str(spec.dtype),
                                   self.block_size, len(self.layer_names), spec.page_size_bytes)
-        # the policy version: blocks computed with other weights live under other keys
-        self.version = int(os.environ.get(POLICY_VERSION_ENV, "0"))
-        self.ns = f"{self.geometry}/v{self.version}"
+        # the served policy (the cluster's file): blocks computed with other weights live
+        # under other keys
+        self.served_policy = str(extra["served_policy"])
+        self.ns = self._policy_namespace()
         self.object_bytes = spec.page_size_bytes * len(self.layer_names)
         self.client = TierClient.shared(
             store=str(extra["store"]), bus_xsub=extra.get("bus_xsub"),
@@ -127,16 +127,25 @@ class MooncakeTierConnector(KVConnectorBase_V1):
     def key(self, block_hash: bytes) -> str:
         return block_key(self.ns, block_hash)
 
+    def _policy_namespace(self) -> str:
+        """The geometry's namespace for the served policy: its version and its weights'
+        digest, as the cluster published them (serving/checkpoints.py)."""
+        served = read_served(self.served_policy)
+        return f"{self.geometry}/{served.label}"
+
     def reset_cache(self) -> bool | None:
-        """New weights (vLLM calls this when a pause or a cache reset asks for the connector's
-        too): every block in the tier was computed with the old ones, so keys and
-        announcements move to the next version's namespace and no old block is found again;
-        the old objects age out of the store by its LRU. Every engine of the fleet is reset
-        once per update, so they agree on the version (an engine started later is given it)."""
+        """New weights (vLLM calls this when a cache reset asks for the connector's too, after
+        the cluster has published the policy it loaded): keys and announcements move to that
+        policy's namespace, so no block computed with other weights is found again; the old
+        objects age out of the store by its LRU. The namespace is read, never counted, so
+        engines agree whatever resets each saw, and an engine started later reads the same."""
         if not self.enabled:
             return None
-        self.version += 1
-        self.ns = f"{self.geometry}/v{self.version}"
+        try:
+            self.ns = self._policy_namespace()
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.error("KV tier: cannot read the served policy (%s): %s", self.served_policy, exc)
+            return False  # vLLM fails the reset, and the update with it
         self._known.clear()
         self._inflight.clear()
         self._loads.clear()
