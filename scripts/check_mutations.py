@@ -26,13 +26,14 @@ MUTATIONS = [
       "tests/rollout/test_session.py::"
       "test_every_prompt_is_the_last_one_plus_what_was_sampled_plus_the_new_messages"]),
     ("the engines ask for raw logprobs without the unmasking plugin", "serving/vllm_engine.py",
-     '    if c.logprobs == "raw":  # see serving/engine/plugin.py\n'
-     '        env[UNMASKED_LOGPROBS_ENV] = "1"\n', "",
+     '    env[BEHAVIOUR_LOGPROBS_ENV if c.logprobs == "behaviour" else UNMASKED_LOGPROBS_ENV]',
+     "    env[BEHAVIOUR_LOGPROBS_ENV]",
      ["tests/serving/test_vllm_engine.py::"
       "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),
     ("the sink buffers records instead of writing each", "rollout/sink.py",
-     "        _write_durably(pa.Table.from_pylist(rows, schema=self.schema), path)\n",
-     "        self.__dict__.setdefault('buffer', []).extend(rows)\n",
+     "        _write_durably(pa.Table.from_pylist(records, schema=self.schema), path, "
+     "PART_OPTIONS)\n",
+     "        self.__dict__.setdefault('buffer', []).extend(records)\n",
      ["tests/rollout/test_record.py::"
       "test_records_written_together_are_one_file_on_disk_when_write_returns",
       "tests/rollout/test_record.py::test_records_written_before_a_sigkill_survive"]),
@@ -79,8 +80,8 @@ MUTATIONS = [
      "        self.capacity = states[0].capacity_tokens",
      ["tests/rollout/test_admission.py::test_the_cache_is_every_engines_together"]),
     ("the trainer's view keeps failed, broken and stale sessions", "rollout/trainer_view.py",
-     "if status in TRAINED and ok and reward is not None and not stale]",
-     "if reward is not None or True]",
+     "    table = table.filter(keep).combine_chunks()",
+     "    table = table.combine_chunks()",
      ["tests/rollout/test_record.py::test_the_trainer_view_leaves_out_what_no_trainer_should_see"]),
     ("a failed scoring sandbox scores 0 instead of an infrastructure error", "envs/scoring.py",
      'changes.diff, infra_error=f"scoring sandbox failed: {exc}")', "changes.diff)",
@@ -136,13 +137,49 @@ MUTATIONS = [
      "        if updating:\n"
      "            self.moe_kernel.fused_experts.process_weights_after_loading(layer)\n", "",
      ["tests/e2e/test_policy_update.py::"
-      "test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv[embedded]"]),
+      "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]"]),
     ("a weight update skips dropping the old KV (e2e)", "serving/policy.py",
-     '        self._post("/reset_prefix_cache", params={"reset_running_requests": "true",\n'
-     '                                                  "reset_external": "true"})\n',
-     "        return None\n",
+     "        for attempt in range(RESET_TRIES):\n", "        for attempt in range(0):\n",
      ["tests/e2e/test_policy_update.py::"
-      "test_an_update_mid_run_loses_nothing_tags_every_turn_and_reuses_no_old_kv[embedded]"]),
+      "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]"]),
+    ("the KV tier's namespace counts the resets an engine saw",
+     "serving/engine/kvtier/connector.py",
+     "            self.ns = self._policy_namespace()\n", "            self.ns += \"+\"\n",
+     ["tests/serving/test_kvtier_connector.py::"
+      "test_engines_agree_on_the_namespace_whatever_resets_each_saw"]),
+    ("a Dynamo update aborts through a route that needs request ids", "serving/policy.py",
+     '        self._engine("pause_generation", {"mode": mode, "clear_cache": False})\n\n'
+     "    def load(",
+     '        self._engine("pause_generation", {"mode": mode, "clear_cache": False})\n'
+     '        if mode == "abort":\n'
+     '            self._engine("abort_request", {"abort_all": True})\n\n'
+     "    def load(",
+     ["tests/serving/test_policy.py::"
+      "test_a_dynamo_update_relies_on_the_pause_and_never_aborts_by_route"]),
+    ("a vLLM cache reset answering success false counts as done", "serving/policy.py",
+     '            if answer.get("success") is True:', "            if answer:",
+     ["tests/serving/test_policy.py::"
+      "test_a_vllm_reset_answering_success_false_is_never_taken_as_done"]),
+    ("retention deletes the checkpoint an update would roll back to", "serving/checkpoints.py",
+     "            if version in (served.version, rollback.version if rollback else None):",
+     "            if version == served.version:",
+     ["tests/serving/test_checkpoints.py::"
+      "test_the_store_never_deletes_a_folder_it_did_not_write"]),
+    ("a forced token's recomputed logprob keeps the disallowed mass", "serving/toolcall/replay.py",
+     '    logits = logits.masked_fill(~allowed[:, :width], float("-inf")) / temperature',
+     "    logits = logits / temperature",
+     ["tests/serving/toolcall/test_replay.py::"
+      "test_a_forced_token_is_exactly_zero_with_no_gradient_and_greedy_is_a_point_mass",
+      "tests/rollout/test_reinforce.py::test_a_forced_token_carries_no_gradient"]),
+    ("the engines report the unmasked logprob as the behaviour one", "serving/config.py",
+     '    "behaviour": "processed_logprobs",', '    "behaviour": "raw_logprobs",',
+     ["tests/serving/test_vllm_engine.py::"
+      "test_behaviour_logprobs_are_vllms_processed_ones_with_the_plugins_greedy_fix"]),
+    ("a group older than max_off_policy_steps is handed to the trainer", "rollout/loop.py",
+     "        if k is not None and group.lag > k:", "        if False:",
+     ["tests/rollout/test_loop.py::test_no_group_older_than_k_is_ever_handed_to_the_trainer",
+      "tests/rollout/test_loop.py::"
+      "test_a_group_exactly_k_versions_old_is_handed_over_and_one_more_is_not"]),
     ("hard session affinity replays every session in every group", "serving/simulate/offline.py",
      "                                   if bound[json.loads(line)[\"session_id\"]] == g))\n",
      "                                   ))\n",
@@ -184,7 +221,8 @@ MUTATIONS = [
      "struct rlimit r = {n, n};", "struct rlimit r = {n, RLIM_INFINITY};",
      ["tests/envs/test_launcher.py::test_it_sets_every_rlimit_it_is_given"]),
     ("the launcher leaves the other sessions' mounts in bwrap's view", "envs/launch.c",
-     "    if (umount2(mounts, MNT_DETACH))", "    if (0)",
+     "        if (umount2(points[i], MNT_DETACH) && errno != EINVAL && errno != ENOENT)",
+     "        if (0)",
      ["tests/envs/test_sandbox.py::test_a_sandbox_starts_apart_from_the_other_sessions_mounts"]),
     ("the first session out unmounts every session's files", "envs/lease.py",
      "    return os.stat(mounts).st_nlink <= 2 and not os.listdir(mounts)", "    return True",
