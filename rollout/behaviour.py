@@ -17,6 +17,7 @@ give exactly 0 and no gradient.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,55 +97,110 @@ FIDELITY_MEAN, FIDELITY_MAX = 0.005, 0.05
 
 
 @dataclass
+class TurnRecompute:
+    """One turn's recorded logprobs beside a trainer's recompute at the weights of its version."""
+
+    index: int
+    version: int
+    mode: str  # the turn's logprobs_mode: behaviour (compare `masked`) or raw (`unmasked`)
+    recorded: Any  # tensor [tokens]
+    masked: Any
+    unmasked: Any
+    forced: np.ndarray
+
+    @property
+    def expected(self) -> Any:
+        """The recompute the recorded logprobs must equal."""
+        return self.unmasked if self.mode == "raw" else self.masked
+
+
+def recompute(record: dict[str, Any], model_for: Callable[[int], Any],
+              replay: SessionLogprobs) -> list[TurnRecompute]:
+    """Each turn of `record` recomputed by `model_for(its policy version)` (a transformers
+    causal LM; one forward over the session per version it holds). A record whose history
+    broke has nothing to recompute."""
+    import torch
+
+    if not record["prefix_consistent"] or not record["token_ids"]:
+        return []
+    ids = torch.tensor(record["token_ids"])
+    masks = replay.turns(record)
+    logits_of: dict[int, Any] = {}
+    out = []
+    for turn, masked_turn in zip(record["turns"], masks, strict=True):
+        version = int(turn["policy_version"])
+        if version not in logits_of:
+            with torch.no_grad():
+                logits_of[version] = model_for(version)(ids[None, :-1]).logits[0].float()
+        logits = logits_of[version]
+        rows = logits[masked_turn.start - 1:masked_turn.start - 1 + len(masked_turn.token_ids)]
+        sampled = torch.tensor(masked_turn.token_ids)
+        out.append(TurnRecompute(
+            index=int(turn["index"]) if "index" in turn else len(out), version=version,
+            mode=turn.get("logprobs_mode") or "behaviour",
+            recorded=torch.tensor(turn["completion_logprobs"]),
+            masked=replay.logprobs(record, logits, [masked_turn]),
+            unmasked=torch.log_softmax(rows, -1).gather(1, sampled[:, None])[:, 0],
+            forced=masked_turn.forced))
+    return out
+
+
+@dataclass
 class Fidelity:
     """How far recorded logprobs are from a trainer's recompute at the same weights: the
-    masked recompute (what the behaviour logprob must equal) and the unmasked one (what a
-    trainer differentiating the plain log-softmax would have used)."""
+    recompute they must equal (masked for behaviour logprobs, unmasked for raw ones), and the
+    unmasked one (what a trainer differentiating the plain log-softmax would have used)."""
 
     tokens: int = 0
     forced: int = 0  # positions where one token was allowed
-    forced_nonzero: int = 0  # of those, recorded with a logprob other than 0
-    masked: list[float] = field(default_factory=list)  # |recorded - masked recompute|
+    forced_nonzero: int = 0  # of those, behaviour logprobs recorded as other than 0
+    masked: list[float] = field(default_factory=list)  # |recorded - its recompute|
     unmasked: list[float] = field(default_factory=list)  # |recorded - unmasked recompute|
+    worst: tuple[str, int, int] | None = None  # rollout id, turn, position of the largest
+    turns: int = 0
 
-    def summary(self) -> dict[str, float | int]:
+    def add(self, rollout_id: str, turn: TurnRecompute) -> None:
+        diffs = (turn.expected - turn.recorded).abs()
+        if diffs.numel() and (not self.masked or diffs.max().item() > max(self.masked)):
+            self.worst = (rollout_id, turn.index, int(diffs.argmax()))
+        self.turns += 1
+        self.tokens += len(turn.recorded)
+        forced = torch_bool(turn.forced)
+        self.forced += int(forced.sum())
+        if turn.mode != "raw":
+            self.forced_nonzero += int((turn.recorded[forced] != 0).sum())
+        self.masked += diffs.tolist()
+        self.unmasked += (turn.unmasked - turn.recorded).abs().tolist()
+
+    def summary(self) -> dict[str, Any]:
         def stats(xs: list[float]) -> tuple[float, float]:
             return (float(np.mean(xs)), float(np.max(xs))) if xs else (0.0, 0.0)
 
         (mean, top), (raw_mean, raw_top) = stats(self.masked), stats(self.unmasked)
-        return {"tokens": self.tokens, "forced": self.forced,
+        return {"turns": self.turns, "tokens": self.tokens, "forced": self.forced,
                 "forced_nonzero": self.forced_nonzero, "mean_abs": mean, "max_abs": top,
-                "unmasked_mean_abs": raw_mean, "unmasked_max_abs": raw_top}
+                "worst": self.worst, "unmasked_mean_abs": raw_mean,
+                "unmasked_max_abs": raw_top}
 
-    @property
-    def holds(self) -> bool:
+    def holds(self, mean: float = FIDELITY_MEAN, top: float = FIDELITY_MAX) -> bool:
         s = self.summary()
-        return (self.tokens > 0 and s["mean_abs"] <= FIDELITY_MEAN
-                and s["max_abs"] <= FIDELITY_MAX and not self.forced_nonzero)
+        return (self.tokens > 0 and s["mean_abs"] <= mean and s["max_abs"] <= top
+                and not self.forced_nonzero)
 
 
-def fidelity(records: list[dict[str, Any]], model: Any, replay: SessionLogprobs,
-             out: Fidelity | None = None) -> Fidelity:
-    """Each record's recorded logprobs against `model`'s recompute (a transformers causal LM
-    at the weights that sampled them), sequence by sequence."""
+def torch_bool(mask: np.ndarray) -> Any:
     import torch
 
+    return torch.from_numpy(np.asarray(mask, dtype=bool))
+
+
+def fidelity(records: list[dict[str, Any]], model: Any | Callable[[int], Any],
+             replay: SessionLogprobs, out: Fidelity | None = None) -> Fidelity:
+    """Each record's recorded logprobs against a recompute: by `model` (a transformers causal
+    LM at the weights that sampled them), or by `model(version)` for each turn's version."""
     out = out or Fidelity()
+    model_for = model if not hasattr(model, "forward") else (lambda version: model)
     for record in records:
-        if not record["prefix_consistent"] or not record["token_ids"]:
-            continue
-        ids = torch.tensor(record["token_ids"])
-        with torch.no_grad():
-            logits = model(ids[None, :-1]).logits[0].float()
-        turns = replay.turns(record)
-        masked = replay.logprobs(record, logits, turns)
-        sampled = torch.tensor(record["loss_mask"][1:], dtype=torch.bool)
-        unmasked = torch.log_softmax(logits, -1).gather(1, ids[1:, None])[:, 0][sampled]
-        recorded = torch.tensor([lp for t in record["turns"] for lp in t["completion_logprobs"]])
-        forced = torch.from_numpy(np.concatenate([t.forced for t in turns]))
-        out.tokens += len(recorded)
-        out.forced += int(forced.sum())
-        out.forced_nonzero += int((recorded[forced] != 0).sum())
-        out.masked += (masked - recorded).abs().tolist()
-        out.unmasked += (unmasked - recorded).abs().tolist()
+        for turn in recompute(record, model_for, replay):
+            out.add(record["rollout_id"], turn)
     return out

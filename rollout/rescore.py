@@ -1,30 +1,29 @@
-"""Re-score a run from its records alone: the rewards from the diffs, the logprobs by replay.
+"""Re-score a run from its records alone: the rewards from the diffs, the logprobs by a trainer's
+recompute at the weights of each turn's version.
 
 (a) Rewards: each record's `final_diff` is applied with `git apply` to a fresh copy of its task
     and the hidden tests run again; the reward must be the recorded one.
-(b) Logprobs: each turn's prompt + completion goes back through a vLLM engine as one token-id
-    prompt with `prompt_logprobs`; on the sampled positions the engine's logprob must match the
-    recorded one within `tolerance`. This holds for `logprobs_mode=raw` records (the model's own
-    distribution at temperature 1, which is what a replay computes); `processed` ones are
-    compared only when sampled at temperature 1 with top-p 1 and no grammar.
+(b) Logprobs: each session goes through the checkpoint of each version its turns were sampled
+    from (a float32 transformers forward over the whole sequence), and each turn's grammar
+    mask is replayed from the record (rollout/behaviour.py): a `behaviour` logprob must equal
+    the masked recompute, a `raw` one the unmasked one, within the tolerances. A turn whose
+    checkpoint digest is not its version's (or whose version the run did not keep) is named,
+    not compared.
 
-Why a tolerance at all: the sampled logprob came from a decode step (one new token against
-cached KV, batched with other sessions), the replay from one prefill over the whole sequence.
-Same weights, but bf16 matmuls reduce in another order and round differently; on this CPU build
-the differences measured on the tiny model are listed in the README (Records: rescoring).
+Why a tolerance at all: the sampled logprob came from a bf16 decode step (one new token
+against cached KV, batched with other sessions), the recompute from a float32 forward over the
+whole sequence. Same weights, other rounding; the figures measured on the tiny model are in the
+README (RL: the behaviour-logprob contract).
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from envs import Environment
-
-DEFAULT_TOLERANCE = 0.1  # nats, max |recorded - replayed| over sampled tokens (README)
-PromptLogprobs = Callable[[list[int]], Awaitable[list[float | None]]]
+from rollout.behaviour import Fidelity, SessionLogprobs, fidelity
 
 
 @dataclass
@@ -39,19 +38,6 @@ class RewardCheck:
         return not self.error and self.recorded == self.rescored
 
 
-@dataclass
-class LogprobCheck:
-    turns: int = 0
-    diffs: list[float] = field(default_factory=list)  # |recorded - replayed| per sampled token
-    max_abs: float = 0.0
-    worst: tuple[str, int, int] | None = None  # rollout id, turn, position of the max diff
-    skipped: int = 0  # turns not comparable (processed logprobs under a transform)
-
-    @property
-    def mean_abs(self) -> float:
-        return statistics.fmean(self.diffs) if self.diffs else 0.0
-
-
 def check_rewards(records: list[dict[str, Any]], env: Environment) -> list[RewardCheck]:
     checks = []
     for r in records:
@@ -63,32 +49,46 @@ def check_rewards(records: list[dict[str, Any]], env: Environment) -> list[Rewar
     return checks
 
 
-def comparable(turn: dict[str, Any]) -> bool:
-    if turn["logprobs_mode"] == "raw":
-        return True
-    return (turn["temperature"] == 1.0 and turn["top_p"] == 1.0
-            and turn["constraint"] in ("", "none"))
+@dataclass
+class Unscorable:
+    """Turns that could not be re-scored, by why."""
+
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reason: str, rollout_id: str) -> None:
+        self.reasons.setdefault(reason, []).append(rollout_id)
 
 
-async def check_logprobs(records: list[dict[str, Any]], replay: PromptLogprobs,
-                         max_turns: int | None = None) -> LogprobCheck:
-    """`replay`: the served model's logprob of each token of a sequence (a front door's
-    `prompt_logprobs`)."""
-    out = LogprobCheck()
-    for r in records:
-        for turn in r["turns"]:
-            if max_turns is not None and out.turns >= max_turns:
-                return out
-            if not comparable(turn):
-                out.skipped += 1
-                continue
-            prompt, sampled = turn["prompt_token_ids"], turn["completion_token_ids"]
-            replayed = await replay(prompt + sampled)
-            out.turns += 1
-            for k, (rec, rep) in enumerate(zip(turn["completion_logprobs"],
-                                               replayed[len(prompt):], strict=True)):
-                diff = abs(rec - rep)
-                if diff > out.max_abs:
-                    out.max_abs, out.worst = diff, (r["rollout_id"], turn["index"], k)
-                out.diffs.append(diff)
-    return out
+def check_logprobs(records: list[dict[str, Any]], checkpoints: dict[int, tuple[str, str]],
+                   load: Callable[[str], Any], replay: SessionLogprobs
+                   ) -> tuple[Fidelity, Unscorable]:
+    """`checkpoints`: version -> (folder, digest) of the weights the run kept; `load(folder)`
+    a causal LM on them (loaded once per version). A record is re-scored if every one of its
+    turns names a kept version whose digest is the one it recorded."""
+    models: dict[int, Any] = {}
+
+    def model_for(version: int) -> Any:
+        if version not in models:
+            models[version] = load(checkpoints[version][0])
+        return models[version]
+
+    out, skipped = Fidelity(), Unscorable()
+    for record in records:
+        why = _unscorable(record, checkpoints)
+        if why:
+            skipped.add(why, record["rollout_id"])
+            continue
+        fidelity([record], model_for, replay, out)
+    return out, skipped
+
+
+def _unscorable(record: dict[str, Any], checkpoints: dict[int, tuple[str, str]]) -> str:
+    if not record["prefix_consistent"] or not record["turns"]:
+        return "no whole history"
+    for turn in record["turns"]:
+        version, digest = int(turn["policy_version"]), turn.get("policy_checkpoint") or ""
+        if version not in checkpoints:
+            return f"version {version} not kept"
+        if digest and digest != checkpoints[version][1]:
+            return f"version {version}: the kept checkpoint is not the one recorded"
+    return ""

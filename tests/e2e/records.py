@@ -52,7 +52,7 @@ def check_behaviour(records, model_dir: str | None = None) -> Fidelity:
     folder = model_dir or records[0]["provenance"]["model_path"]
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     result = fidelity(records, model, SessionLogprobs(folder))
-    assert result.holds, result.summary()
+    assert result.holds(), result.summary()
     assert result.forced > 0  # the check saw forced tokens, not only free ones
     return result
 

@@ -52,11 +52,15 @@ class ScriptedDoor:
     def __init__(self, completions, tamper=None):
         self.completions = list(completions)
         self.tamper = tamper  # prompt -> the prompt the "server" says it ran
-        self.prompts, self.released, self.samplings = [], [], []
+        self.prompts, self.released, self.samplings, self.grammars = [], [], [], []
+
+    def logit_bias(self, grammar):  # a vLLM server's: the grammar's bias applied
+        return {7: -1.5} if grammar else {}
 
     async def generate(self, prompt_ids, sampling, grammar, session_id):
         self.prompts.append(list(prompt_ids))
         self.samplings.append(sampling)
+        self.grammars.append(grammar)
         item = self.completions.pop(0)
         if isinstance(item, Exception):
             raise item
@@ -89,6 +93,9 @@ def test_each_turn_records_the_sampling_it_was_sent_with():
              t["max_tokens"]) for t in rec["turns"]] == [
         (0.7, 0.9, s.seed, s.max_tokens) for s in door.samplings]
     assert seeds[0] != seeds[1]
+    # and the constraint a trainer replays: the grammar sent, the bias the server applied
+    assert [(t["grammar"], t["logit_bias"]) for t in rec["turns"]] == [
+        (g.ebnf, '{"7": -1.5}') for g in door.grammars]
 
 
 class Versions(TurnFence):
