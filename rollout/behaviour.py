@@ -16,6 +16,7 @@ give exactly 0 and no gradient.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rollout.routing import replay_routing, session_experts
 
 
 @dataclass(frozen=True)
@@ -114,16 +117,28 @@ class TurnRecompute:
         return self.unmasked if self.mode == "raw" else self.masked
 
 
+def session_logits(model: Any, record: dict[str, Any], routing: bool = True) -> Any:
+    """`model`'s logits for the session's tokens after the first, given what precedes each;
+    with `routing`, through the experts the engine routed each token to where the record has
+    them (rollout/routing.py)."""
+    import torch
+
+    ids = torch.tensor(record["token_ids"])
+    experts = session_experts(record) if routing else None
+    with replay_routing(model, experts[:len(ids) - 1]) if experts is not None \
+            else contextlib.nullcontext():
+        return model(ids[None, :-1]).logits[0].float()
+
+
 def recompute(record: dict[str, Any], model_for: Callable[[int], Any],
-              replay: SessionLogprobs) -> list[TurnRecompute]:
+              replay: SessionLogprobs, routing: bool = True) -> list[TurnRecompute]:
     """Each turn of `record` recomputed by `model_for(its policy version)` (a transformers
-    causal LM; one forward over the session per version it holds). A record whose history
-    broke has nothing to recompute."""
+    causal LM; one forward over the session per version it holds; `routing`: replaying the
+    recorded experts). A record whose history broke has nothing to recompute."""
     import torch
 
     if not record["prefix_consistent"] or not record["token_ids"]:
         return []
-    ids = torch.tensor(record["token_ids"])
     masks = replay.turns(record)
     logits_of: dict[int, Any] = {}
     out = []
@@ -131,7 +146,7 @@ def recompute(record: dict[str, Any], model_for: Callable[[int], Any],
         version = int(turn["policy_version"])
         if version not in logits_of:
             with torch.no_grad():
-                logits_of[version] = model_for(version)(ids[None, :-1]).logits[0].float()
+                logits_of[version] = session_logits(model_for(version), record, routing)
         logits = logits_of[version]
         rows = logits[masked_turn.start - 1:masked_turn.start - 1 + len(masked_turn.token_ids)]
         sampled = torch.tensor(masked_turn.token_ids)
@@ -195,12 +210,14 @@ def torch_bool(mask: np.ndarray) -> Any:
 
 
 def fidelity(records: list[dict[str, Any]], model: Any | Callable[[int], Any],
-             replay: SessionLogprobs, out: Fidelity | None = None) -> Fidelity:
+             replay: SessionLogprobs, out: Fidelity | None = None,
+             routing: bool = True) -> Fidelity:
     """Each record's recorded logprobs against a recompute: by `model` (a transformers causal
-    LM at the weights that sampled them), or by `model(version)` for each turn's version."""
+    LM at the weights that sampled them), or by `model(version)` for each turn's version;
+    `routing`: through the recorded experts where there are any."""
     out = out or Fidelity()
     model_for = model if not hasattr(model, "forward") else (lambda version: model)
     for record in records:
-        for turn in recompute(record, model_for, replay):
+        for turn in recompute(record, model_for, replay, routing):
             out.add(record["rollout_id"], turn)
     return out

@@ -59,15 +59,19 @@ class ModelClient:
     def token_in(self) -> bool:
         return self.sampling.constraint == "project"
 
-    def sampling_for(self, max_tokens: int, seed: int) -> Sampling:
-        return Sampling(max_tokens, self.sampling.temperature, self.sampling.top_p, seed)
+    def sampling_for(self, max_tokens: int, seed: int,
+                     experts_from: int | None = None) -> Sampling:
+        return Sampling(max_tokens, self.sampling.temperature, self.sampling.top_p, seed,
+                        experts_from)
 
     async def complete(self, prompt_ids: list[int], messages: list[dict], tools: list[dict],
-                       max_tokens: int, seed: int, session_id: str) -> ToolTurn:
+                       max_tokens: int, seed: int, session_id: str,
+                       experts_from: int | None = None) -> ToolTurn:
         """One turn: token-in from `prompt_ids` (project), or message-in from `messages`;
         serving's TurnTooLong if no call can finish in `max_tokens` (none is started) or the
-        prompt no longer fits the context window."""
-        sampling = self.sampling_for(max_tokens, seed)
+        prompt no longer fits the context window. `experts_from`: the first position whose
+        MoE routing the engine should return (where it returns any)."""
+        sampling = self.sampling_for(max_tokens, seed, experts_from)
         choice, parallel = self.sampling.tool_choice, self.sampling.parallel_tool_calls
         if not self.token_in:
             return await self.sampler.sample_stock(messages, tools, choice, parallel, sampling,

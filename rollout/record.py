@@ -57,6 +57,11 @@ TURN = {
     "policy_version": Value("int32"),  # the weights every token of the turn was sampled from
     "policy_checkpoint": Value("string"),  # their digest (serving/checkpoints.py)
     "resampled": Value("int32"),  # times the turn was sampled again: an update cut it short
+    # MoE routing (serving.routed_experts): uint8 [positions, MoE layers, top-k], raw bytes,
+    # for the positions of the session's sequence from `routed_experts_start` on
+    "routed_experts": Value("binary"),
+    "routed_experts_shape": List(Value("int32")),
+    "routed_experts_start": Value("int32"),
 }
 
 MESSAGE = {
@@ -207,6 +212,9 @@ class TurnRecord:
     policy_version: int = 0
     policy_checkpoint: str = ""
     resampled: int = 0
+    routed_experts: bytes | None = None
+    routed_experts_shape: list[int] = field(default_factory=list)
+    routed_experts_start: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -222,6 +230,19 @@ class TurnRecord:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {
             "tool_calls": [dict(vars(c)) for c in self.tool_calls],
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
+def experts_fields(experts: Any, start: int | None) -> dict[str, Any]:
+    """A turn's routed experts as the record keeps them: compact raw bytes and a shape."""
+    if experts is None:
+        return {}
+    import numpy as np
+
+    array = np.asarray(experts)
+    if array.size and int(array.max()) > 255:
+        raise ValueError(f"expert ids up to {int(array.max())} do not fit uint8")
+    return {"routed_experts": array.astype(np.uint8).tobytes(),
+            "routed_experts_shape": list(array.shape), "routed_experts_start": int(start or 0)}
 
 
 @dataclass(frozen=True)

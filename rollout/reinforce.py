@@ -4,9 +4,11 @@ driving the fleet through `Rollouts` (rollout/loop.py).
 `python -m rollout.run +experiment=rl_loop` runs it: each step takes `groups_per_step`
 finished groups and computes, under the current weights, the logprob of every sampled token
 under the constraint it was sampled with (the turn's grammar mask replayed, rollout/behaviour.py:
-a forced token contributes 0 and no gradient). Each session's tokens are weighted by its reward
-minus its group's mean (REINFORCE with a group baseline, as GRPO has it) and, since the groups
-were sampled by earlier versions, by the truncated importance ratio min(pi / mu, is_clip)
+a forced token contributes 0 and no gradient; where the records carry the experts each token
+was routed to, the forward replays them, rollout/routing.py). Each session's tokens are
+weighted by its reward minus its group's mean (REINFORCE with a group baseline, as GRPO has
+it) and, since the groups were sampled by earlier versions, by the truncated importance ratio
+min(pi / mu, is_clip)
 (current over behaviour probability, mu from the records; `trainer.is_clip: null` leaves the
 data uncorrected). One Adam step, then the new weights go to every engine as the next policy
 version. The example's reward (env.reward=first_call) is 1 when a session's first tool call
@@ -30,7 +32,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rollfleet.cli import ConfigError
-from rollout.behaviour import SessionLogprobs
+from rollout.behaviour import SessionLogprobs, session_logits
 from rollout.config import TrainerConfig, validate
 from rollout.loop import Group, Rollouts
 from rollout.tracking import RunLogger
@@ -84,9 +86,7 @@ def policy_loss(model: Any, groups: list[Group], replay: SessionLogprobs,
             advantage = r["reward"] - baseline
             if advantage == 0:
                 continue
-            ids = torch.tensor(r["token_ids"])
-            logits = model(ids[None, :-1]).logits[0].float()
-            current = replay.logprobs(r, logits)
+            current = replay.logprobs(r, session_logits(model, r))
             behaviour = torch.tensor([lp for t in r["turns"] for lp in t["completion_logprobs"]])
             log_ratio = current.detach() - behaviour
             ratios.add(log_ratio)

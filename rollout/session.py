@@ -29,6 +29,7 @@ from rollout.record import (
     ToolCallRecord,
     TurnRecord,
     build_record,
+    experts_fields,
     prefix_break,
 )
 from serving import ServingError, ToolTurn, TurnTooLong
@@ -176,12 +177,21 @@ class Session:
             try:
                 self._check_lag(version)
                 done = await self.client.complete(self.prompt_ids, self.trace.messages,
-                                                  self.env.tools, budget, seed, self.session_id)
+                                                  self.env.tools, budget, seed, self.session_id,
+                                                  self._experts_from())
             finally:
                 whole = await self.fence.end(key)
             if whole and done.generation.finish_reason != "abort":
                 return done, version, checkpoint, resampled
             resampled += 1
+
+    def _experts_from(self) -> int:
+        """Where this turn's MoE routing starts: the last turn's last sampled token (no turn
+        computed it), so that the turns' routing tiles the session's sequence."""
+        if not self.trace.turns:
+            return 0
+        last = self.trace.turns[-1]
+        return len(last.prompt_token_ids) + len(last.completion_token_ids) - 1
 
     def _check_lag(self, version: int) -> None:
         if self.first_version is None:
@@ -256,4 +266,5 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
         latency_s=gen.latency_s, tool_s=tool_s, policy_version=version,
-        policy_checkpoint=checkpoint, resampled=resampled)
+        policy_checkpoint=checkpoint, resampled=resampled,
+        **experts_fields(gen.routed_experts, gen.routed_experts_start))

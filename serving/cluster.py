@@ -100,7 +100,7 @@ class Cluster:
             front_door=self.topology.front_door, api_key=self.serving.api_key,
             enable_thinking=self.model.enable_thinking, max_model_len=self.model.max_model_len,
             request_timeout_s=self.serving.request_timeout_s, logprobs_mode=self.serving.logprobs,
-            markup_token_ids=markup)
+            markup_token_ids=markup, routed_experts=self.serving.routed_experts)
         return self.endpoint
 
     def _start_kv_tier(self) -> MooncakeTier | None:

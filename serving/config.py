@@ -63,6 +63,9 @@ class ServingConfig:
     enable_prefix_caching: bool = True
     seed: int = 0
     logprobs: str = one_of("behaviour", LOGPROBS_MODES)
+    # MoE routing replay: each turn records the experts every token was routed to (vLLM's
+    # --enable-return-routed-experts; it needs vLLM's Model Runner V2, which needs a GPU)
+    routed_experts: bool = False
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
     extra_args: list[str] = field(default_factory=list)

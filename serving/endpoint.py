@@ -29,6 +29,7 @@ class Endpoint:
     request_timeout_s: float = 600.0
     logprobs_mode: str = "behaviour"  # behaviour | raw (serving.config.LOGPROBS_MODES)
     markup_token_ids: dict[str, int] = field(default_factory=dict)  # tool-call markup -> id
+    routed_experts: bool = False  # its engines return each token's MoE experts
 
     @property
     def missing_markup(self) -> list[str]:

@@ -16,6 +16,8 @@ comparison with the server's own tool handling (`rollout.tool_constraint=stock`)
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import time
 import uuid
 import weakref
@@ -25,6 +27,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 import msgspec
+import numpy as np
 
 from serving.endpoint import Endpoint
 from serving.errors import ServerUnavailable
@@ -78,6 +81,8 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    # the first position whose routed experts come back, where the endpoint returns them
+    routed_experts_from: int | None = None
 
 
 @dataclass
@@ -92,6 +97,10 @@ class Generation:
     engine_id: str = ""  # the engine that decoded it
     prefill_engine_id: str = ""  # disaggregated serving: the engine that prefilled it
     latency_s: float = 0.0
+    # MoE routing (serving.routed_experts): uint8 [positions, MoE layers, top-k] from position
+    # `routed_experts_start` of prompt + completion on
+    routed_experts: Any = None
+    routed_experts_start: int | None = None  # None: from where the request asked
     # message-in (`chat`) only: what the server's own parser made of the completion
     content: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -133,6 +142,8 @@ class FrontDoor:
                        grammar: ToolCallGrammar | None, session_id: str) -> Generation:
         body = {"model": self.endpoint.model, "prompt": prompt_ids, **_sampling(sampling),
                 "logprobs": 0, **self._grammar_fields(grammar), **self._token_fields()}
+        if self.endpoint.routed_experts and sampling.routed_experts_from is not None:
+            body["routed_experts_prompt_start"] = sampling.routed_experts_from
         # the prompt is exactly these ids: nothing (BOS, ...) is added in front
         start = time.perf_counter()
         raw = await self._post("/v1/completions", body, session_id)
@@ -142,6 +153,8 @@ class FrontDoor:
                          finish_reason=choice.get("finish_reason") or "",
                          cached_tokens=_cached(raw), latency_s=time.perf_counter() - start)
         self._read_ids(gen, raw, choice)
+        if gen.routed_experts is not None and gen.routed_experts_start is None:
+            gen.routed_experts_start = sampling.routed_experts_from or 0
         return gen
 
     async def chat(self, messages: list[dict], tools: list[dict], tool_choice: Any,
@@ -258,6 +271,9 @@ class VllmFrontDoor(FrontDoor):
                                     or raw.get("prompt_token_ids") or [])
         gen.token_ids = list(choice.get("token_ids") or [])
         gen.engine_id = self.engine_names.get("", "")  # one engine behind this server
+        if choice.get("routed_experts"):  # a .npy array, base64 (vLLM's numpy2base64)
+            gen.routed_experts = np.load(io.BytesIO(base64.b64decode(choice["routed_experts"])),
+                                         allow_pickle=False)
 
     async def prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
         raw = await self._post("/v1/completions", {
@@ -283,6 +299,11 @@ class DynamoFrontDoor(FrontDoor):
         nvext = raw.get("nvext") or {}
         gen.prompt_token_ids = list(nvext.get("prompt_token_ids") or [])
         gen.token_ids = list(nvext.get("completion_token_ids") or [])
+        experts = nvext.get("routed_experts")
+        if experts:  # Dynamo's own: raw bytes, base64, with shape, dtype and start
+            gen.routed_experts = np.frombuffer(base64.b64decode(experts["data"]),
+                                               dtype=experts["dtype"]).reshape(experts["shape"])
+            gen.routed_experts_start = int(experts.get("start", 0))
         workers = nvext.get("worker_id") or {}
         names = self.engine_names
         for key, attr in (("decode_worker_id", "engine_id"),

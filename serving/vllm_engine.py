@@ -40,6 +40,8 @@ def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
     ]
     if c.enforce_eager:
         args.append("--enforce-eager")
+    if c.routed_experts:
+        args.append("--enable-return-routed-experts")
     return args
 
 

@@ -36,6 +36,16 @@ class Started:
     router_metrics: str = ""
 
 
+def check_routed_experts(cfg: ServingConfig) -> None:
+    """vLLM 0.31 captures routed experts only in its Model Runner V2, which needs Triton on a
+    GPU: the CPU build refuses to start ('AuxOutput Connector requires Model Runner V2', and
+    with VLLM_USE_V2_MODEL_RUNNER=1 'Model Runner V2 requires Triton'; tried 2026-12-06)."""
+    if cfg.routed_experts and cfg.device == "cpu":
+        raise ServingError("serving.routed_experts needs vLLM's Model Runner V2, which needs a "
+                           "GPU (vLLM's CPU build refuses to start with it); set "
+                           "serving.device=cuda on a GPU host, or leave it off")
+
+
 class Topology:
     """Subclasses say how; the cluster (serving/cluster.py) drives them in this order:
     `check()` before anything starts, `start()`, any `restart(name)`, and `stop()` on every
@@ -58,6 +68,7 @@ class Topology:
 
     def check(self) -> None:
         """ServingError for settings this topology cannot run, before anything starts."""
+        check_routed_experts(self.where.serving)
 
     def start(self) -> Started:
         raise NotImplementedError

@@ -81,6 +81,7 @@ class DynamoTopology(Topology):
         raise NotImplementedError
 
     def check(self) -> None:
+        super().check()
         cfg = self.where.serving
         roles = self.roles()
         if cfg.device == "cuda":
