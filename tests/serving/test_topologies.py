@@ -1,5 +1,6 @@
 """The topology registry: every name loads its module's Topology, which names its workers."""
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,44 @@ def test_front_doors_and_the_kv_tier():
     assert _topology(mode="mocker", replay_trace="t.jsonl").front_door == "dynamo_replay"
     assert [n for n in TOPOLOGIES if topology_class(n).takes_kv_tier] == [
         "embedded", "kv_routed", "disagg"]
+
+
+def test_routed_experts_are_refused_on_the_cpu_build_before_anything_starts():
+    with pytest.raises(ServingError, match="Model Runner V2, which needs a GPU"):
+        _topology(mode="kv_routed", routed_experts=True).check()
+    _topology(mode="external", base_url="http://gpu:8000/v1", routed_experts=True).check()
+
+
+class _Worker:
+    """A Dynamo worker that starts and stops at once."""
+
+    def __init__(self, name, role="agg", core=None):
+        self.name, self.role, self.core = name, role, core
+        self.metrics_url, self.instance_id = "", "1"
+
+    def stop(self): pass
+
+    def start(self): pass
+
+    def wait_ready(self, deadline, abort=None): pass
+
+
+def test_a_worker_restart_waits_for_an_update_under_way_and_is_told_the_version_after_it():
+    """The cluster holds the topology's lock through an update (serving/cluster.py); a restart
+    (the caller's or the watchdog's) takes it too, so it starts from the new weights and is
+    told their label, never in the middle."""
+    topology = _topology(mode="kv_routed", engines=1)
+    topology.plane, topology.workers = object(), [_Worker("agg0")]
+    told = []
+    topology._worker = lambda name, role, core: _Worker(name, role, core)
+    topology._control = lambda worker: type("C", (), {
+        "declare": lambda self, c: told.append((worker.name, c.label))})()
+    v1 = PolicyCheckpoint(1, "v1", "d" * 64)
+    with topology.lock:  # an update holds it
+        restart = threading.Thread(target=topology.restart, args=("agg0",))
+        restart.start()
+        restart.join(0.3)
+        assert restart.is_alive() and told == []  # waits for the update to end
+        topology.served = v1  # what the update ends with
+    restart.join(5)
+    assert told == [("agg0", v1.label)]
