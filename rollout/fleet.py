@@ -19,6 +19,7 @@ import json
 import logging
 import platform
 import socket
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -153,7 +154,8 @@ class Fleet:
                                      served.digest)
         init_ray(g["ray"], rollout)
         self._stack.callback(ray.shutdown)
-        terminate_on_sigterm()  # ray.init installs its own handler
+        if threading.current_thread() is threading.main_thread():
+            terminate_on_sigterm()  # ray.init installs its own handler: ours again
         if self.policy_board:
             self.board = remote_board(served.version, served.digest)
         worker_cls = remote_worker(-(-rollout.max_sessions // rollout.workers),

@@ -29,24 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import ray
 from omegaconf import DictConfig, OmegaConf
 
 from envs import load
 from rollfleet.cli import ConfigError, compose
-from rollfleet.paths import cache_dir
 from rollfleet.run_dir import RunDir
-from rollout.admission import FixedWindow, KvBudget
-from rollout.config import SCHEMAS, STALE_GROUPS, config_hash, register_schemas, validate
-from rollout.model_client import check_sampling
-from rollout.policy_fence import remote_board
+from rollout.config import SCHEMAS, STALE_GROUPS, register_schemas, validate
+from rollout.fleet import Fleet, ServingCluster
 from rollout.policy_update import update_policy
-from rollout.record import Job, Provenance
-from rollout.scheduler import JobSource, Scheduler
-from rollout.sink import RecordSink
+from rollout.record import Job
+from rollout.scheduler import JobSource
 from rollout.trainer_view import save_trainer_view
-from rollout.worker import remote_worker
-from serving import running_cluster
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +174,7 @@ class Rollouts:
         self._ready: queue.Queue[Group] = queue.Queue()
         self._partial: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._failure: BaseException | None = None
-        self.cluster: Any = None  # serving's running cluster
+        self.cluster: ServingCluster | None = None
 
     # -- the fleet ------------------------------------------------------------------------------
 
@@ -196,39 +189,14 @@ class Rollouts:
     def _start(self) -> None:
         datasets.disable_progress_bars()
         g, cfg = self.groups_cfg, self.cfg
-        rollout = g["rollout"]
         env = load(g["env"])
         self.run.path.mkdir(parents=True, exist_ok=True)
         self.run.config_file.parent.mkdir(parents=True, exist_ok=True)
         self.run.config_file.write_text(OmegaConf.to_yaml(cfg))
-        self.cluster = self._stack.enter_context(
-            running_cluster(g["serving"], g["model"], self.run.path, cache_dir(cfg.cache_dir)))
-        endpoint = self.cluster.endpoint
-        check_sampling(endpoint, rollout.sampling())
-        ray.init(address="local", num_cpus=max(1, round(rollout.workers
-                                                         * rollout.worker_num_cpus + 0.5)),
-                 include_dashboard=False, logging_level=logging.WARNING,
-                 configure_logging=False)
-        self._stack.callback(ray.shutdown)
-        served = self.cluster.served
-        self.board = remote_board(served.version, served.digest)
-        provenance = Provenance(self.run.path.name, g["model"].name, endpoint.model_dir,
-                                config_hash(cfg), int(cfg.seed), "{}", served.digest)
-        worker_cls = remote_worker(-(-rollout.max_sessions // rollout.workers),
-                                   rollout.worker_num_cpus, g["ray"].spread)
-        sampling, limits = rollout.sampling(), rollout.limits()
-        roster = self.cluster.roster
-        admission = (FixedWindow(rollout.max_sessions) if rollout.admission == "fixed" else
-                     KvBudget(roster.kv_states, rollout.samples_per_task, rollout.max_sessions,
-                              rollout.kv_fill, rollout.session_tokens_guess))
-        self.scheduler = Scheduler(
-            lambda: worker_cls.remote(g["env"], endpoint, sampling, limits, int(cfg.seed),
-                                      provenance, self.board),
-            rollout.workers, admission, rollout.max_retries, provenance,
-            rollout.retry_backoff_s, rollout.max_consecutive_infra, roster.names,
-            g["output"].commit_s)
-        self.sink = RecordSink(self.run.path, g["output"].shard_size)
-        self.samples = rollout.samples_per_task
+        fleet = self._stack.enter_context(Fleet(cfg, self.run.path, policy_board=True))
+        self.cluster, self.board = fleet.cluster, fleet.board
+        self.scheduler, self.sink = fleet.scheduler, fleet.sink
+        self.samples = g["rollout"].samples_per_task
         self.source = GroupSource(sorted(env.tasks), self.samples, self.ahead)
         self._thread = threading.Thread(target=self._sample, name="rollouts", daemon=True)
         self._thread.start()

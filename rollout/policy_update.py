@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from rollout.fleet import ServingCluster
 from serving import ServingError
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ class TurnsDidNotSettle(ServingError):
     stops with its one line, as with any update the fleet refused)."""
 
 
-def update_policy(cluster: Any, board: Any, source: Path | dict[str, Any],
+def update_policy(cluster: ServingCluster, board: Any, source: Path | dict[str, Any],
                   version: int | None, mode: str) -> dict[str, float]:
     """New weights for every engine of `cluster` (from serving's `running_cluster`) in the order
     `mode` needs; every turn recorded afterwards is tagged with the new version (default: the

