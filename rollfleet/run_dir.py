@@ -5,7 +5,9 @@
     <run>/trainer/       the trainer's view (one row per session)
     <run>/corpus/        exported corpora (sft/, tokens/)
     <run>/summary.json   the summary's figures
-    <run>/logs/          the engines' and servers' logs
+    <run>/logs/          the engines' and servers' logs (`log(name)`: logs/<name>.log)
+    <run>/dynamo/        Dynamo's control plane: file discovery, etcd's data, its processes' HOME
+    <run>/kvtier/        the Mooncake KV tier's master and store (their logs, the store's files)
     <run>/policy/        RL: served.json (the served policy version), checkpoints/ (v<N>/ and
                          index.json: the versions kept, serving/checkpoints.py)
     <run>/.hydra/        the resolved config and the overrides (Hydra writes them)
@@ -47,6 +49,23 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.path / "logs"
+
+    def log(self, name: str) -> Path:
+        """The log file of one process the run started (`engine-0`, `worker-agg1`, ...)."""
+        return self.logs / f"{name}.log"
+
+    @property
+    def dynamo(self) -> Path:
+        return self.path / "dynamo"
+
+    @property
+    def discovery(self) -> Path:
+        """Dynamo's file discovery (one host): every worker registers here."""
+        return self.dynamo / "discovery"
+
+    @property
+    def kvtier(self) -> Path:
+        return self.path / "kvtier"
 
     @property
     def policy(self) -> Path:

@@ -30,6 +30,7 @@ from datasets import load_from_disk
 from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
+from rollfleet.run_dir import RunDir
 from rollout.loop import Rollouts
 from serving import ModelConfig, ServingConfig
 from serving.cluster import Cluster
@@ -87,7 +88,7 @@ def loop_costs(overrides: list[str], ckpts: list[Path], steps: int, groups: int,
             if update:
                 r.update_weights(ckpts[step % 2])
         sampled = time.perf_counter() - ready
-    records = load_from_disk(str(run / "dataset")).to_list()
+    records = load_from_disk(str(RunDir(run).dataset)).to_list()
     turns = [t for rec in records for t in rec["turns"]]
     return {"wall_s": round(time.perf_counter() - start, 1), "sampling_s": round(sampled, 1),
             "rollouts": len(records), "turns": len(turns),

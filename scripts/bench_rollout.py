@@ -49,6 +49,7 @@ import httpx
 import psutil
 
 from rollfleet.paths import ROOT
+from rollfleet.run_dir import RunDir
 from rollfleet.stats import percentile
 from serving import ModelConfig, ServingConfig
 from serving.cluster import Cluster
@@ -347,7 +348,7 @@ def run_job(overrides: list[str], out_dir: Path, scrape: dict[str, str] | None =
     if rc != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
         raise RuntimeError(f"rollout job failed (exit {rc}), log {log_path}:\n" + "\n".join(tail))
-    records = datasets.load_from_disk(str(out_dir / "dataset")).to_list()
+    records = datasets.load_from_disk(str(RunDir(out_dir).dataset)).to_list()
     return {"records": records, "wall_s": wall, "monitor": monitor, "start": start,
             "shmem_before": shmem_before, "log": log_path}
 
@@ -378,7 +379,7 @@ def histogram_of(parsed: dict[str, list[Sample]], name: str) -> dict[float, floa
 
 def source_run(args, work: Path) -> list[dict]:
     if args.source:
-        return datasets.load_from_disk(str(Path(args.source) / "dataset")).to_list()
+        return datasets.load_from_disk(str(RunDir(Path(args.source)).dataset)).to_list()
     print("\n== part 0: a real run of the main job (embedded vLLM, tiny model)", flush=True)
     job = run_job(["+experiment=swe_rl"], work / "source")
     recs = job["records"]

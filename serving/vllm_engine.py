@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from rollfleet.run_dir import RunDir
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
 from serving.engine.plugin import (
     BEHAVIOUR_LOGPROBS_ENV,
@@ -127,7 +128,7 @@ class VllmEngine:
         if port_in_use(self.cfg.host, self.port):
             raise ServingError(f"port {self.port} on {self.cfg.host} is already in use; "
                                "free it or set serving.port=0 to pick a free one")
-        log = self.run_dir / "logs" / f"engine-{self.engine_id}.log"
+        log = RunDir(self.run_dir).log(f"engine-{self.engine_id}")
         self.sockets = socket_folder("vllm")
         self.process = ManagedProcess(f"vllm-{self.engine_id}", self.argv(),
                                       self.env(self.sockets), log)

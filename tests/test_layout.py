@@ -2,6 +2,7 @@
 the source itself, and what an actor loads when it imports serving's client face."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,30 @@ def test_rollout_types_the_cluster_by_a_protocol_never_any():
     loop = (ROOT / "rollout" / "loop.py").read_text()
     assert "self.cluster: ServingCluster" in loop and "cluster: Any" not in loop
     assert not [p for p in sources("rollout") if "cluster: Any" in p.read_text()]
+
+
+RUN_FOLDER_NAMES = ("data", "dataset", "trainer", "corpus", "logs", "policy", "checkpoints",
+                    "dynamo", "discovery", "kvtier", "summary.json", ".hydra", "served.json")
+
+
+def test_no_run_folder_path_is_typed_by_hand_outside_run_dir():
+    """Every path inside a run folder comes from rollfleet/run_dir.py (RunDir)."""
+    pattern = re.compile(r'/\s*"(' + "|".join(map(re.escape, RUN_FOLDER_NAMES)) + r')"')
+    typed = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in (*PROJECT, "scripts") for path in sources(package)
+             if path != ROOT / "rollfleet" / "run_dir.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if pattern.search(line) and "ROOT /" not in line]
+    assert typed == []
+
+
+def test_run_dir_names_every_folder_it_has_in_its_docstring():
+    from rollfleet import run_dir
+
+    doc = run_dir.__doc__
+    folders = [name for name, value in vars(run_dir.RunDir).items()
+               if isinstance(value, property)]
+    missing = [name for name in folders
+               if getattr(run_dir.RunDir(Path("/r")), name).relative_to("/r").parts[0]
+               not in doc]
+    assert missing == []

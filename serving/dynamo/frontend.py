@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from rollfleet.run_dir import RunDir
 from serving.config import AFFINITY, ROUTER_MODES, ServingConfig
 from serving.errors import ServingError
 from serving.process import ManagedProcess, free_port, port_in_use, wait_serving
@@ -72,7 +73,7 @@ class DynamoFrontend:
                                "free it or set serving.port=0 to pick a free one")
         env = {**os.environ, **self.plane_env, "PYTHONUNBUFFERED": "1"}
         self.process = ManagedProcess(f"frontend-{self.name}", self.argv(), env,
-                                      self.run_dir / "logs" / f"frontend-{self.name}.log",
+                                      RunDir(self.run_dir).log(f"frontend-{self.name}"),
                                       fatal=FATAL)
 
     def wait_model(self, model: str, deadline: float) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from rollfleet.run_dir import RunDir
 from serving.config import ServingConfig
 from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, socket_folder, wait_until
@@ -39,7 +40,7 @@ class ControlPlane:
             raise ServingError(f"unknown serving.discovery {cfg.discovery!r}; "
                                f"expected one of {DISCOVERY}")
         self.cfg = cfg
-        self.dir = run_dir / "dynamo"
+        self.dir, self.discovery = RunDir(run_dir).dynamo, RunDir(run_dir).discovery
         self.processes: list[ManagedProcess] = []
         self._env: dict[str, str] = {}
         self.sockets: Path | None = None
@@ -65,7 +66,7 @@ class ControlPlane:
             if not wait_until(lambda: accepts(host, xpub), 10):
                 raise ServingError(f"event broker did not start; see {self.dir}/event-broker.log")
             self._env = {**common, "DYN_DISCOVERY_BACKEND": "file",
-                         "DYN_FILE_KV": str(self.dir / "discovery"), "DYN_EVENT_PLANE": "zmq",
+                         "DYN_FILE_KV": str(self.discovery), "DYN_EVENT_PLANE": "zmq",
                          "DYN_ZMQ_BROKER_URL": f"xsub=tcp://{host}:{xsub} , xpub=tcp://{host}:{xpub}"}
             return
         etcd = self.cfg.etcd_url or self._start_etcd(host)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from rollfleet.run_dir import RunDir
 from serving.config import ModelConfig, ServingConfig
 from serving.dynamo.plane import SOCKETS_ENV
 from serving.engine.plugin import NIXL_PROGRESS_DELAY_ENV
@@ -97,7 +98,7 @@ class DynamoWorker:
 
     def start(self) -> None:
         self.process = ManagedProcess(f"dynamo-{self.name}", self.argv(), self.env(),
-                                      self.run_dir / "logs" / f"worker-{self.name}.log")
+                                      RunDir(self.run_dir).log(f"worker-{self.name}"))
 
     def wait_ready(self, deadline: float, abort: threading.Event | None = None) -> None:
         """Block until the worker's endpoints are ready, then learn its Dynamo instance id."""

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 
 from rollfleet.paths import ROOT
+from rollfleet.run_dir import RunDir
 from serving.config import ServingConfig
 from serving.errors import ServingError
 from serving.process import ManagedProcess, accepts, free_port, wait_until
@@ -53,7 +54,7 @@ class MooncakeTier:
             raise ServingError(f"serving.kv_tier_gib must be > 0, got {cfg.kv_tier_gib}")
         self.cfg = cfg
         self.host = cfg.host
-        self.dir = run_dir / "kvtier"
+        self.dir = RunDir(run_dir).kvtier
         self.master_port = free_port(self.host)
         self.metrics_port = free_port(self.host)
         self.store_port = free_port(self.host)

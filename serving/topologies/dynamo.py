@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import httpx
 
+from rollfleet.run_dir import RunDir
 from serving.dynamo.frontend import DynamoFrontend
 from serving.dynamo.plane import ControlPlane
 from serving.dynamo.watchdog import DeregistrationWatchdog
@@ -153,7 +154,7 @@ class DynamoTopology(Topology):
         self._warm_up(front.base_url)
         if cfg.discovery == "file":
             self.watchdog = DeregistrationWatchdog(lambda: list(self.workers),
-                                                   w.run_dir / "dynamo" / "discovery",
+                                                   RunDir(w.run_dir).discovery,
                                                    self._restart)
             self.watchdog.start()
         return Started(front.base_url, [_slot(worker) for worker in self.workers],
