@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import fields
+from dataclasses import field, fields
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -90,6 +90,11 @@ def bad_config(message: str) -> int:
     """Say it on one line; the exit code of a command refused before anything started."""
     print(f"error: {message}", file=sys.stderr)
     return EXIT_BAD_CONFIG
+
+
+def one_of(default: str, choices: Any) -> Any:
+    """A setting with a fixed set of values (a dataclass field), checked by `typed`."""
+    return field(default=default, metadata={"choices": tuple(choices)})
 
 
 def typed(cls: type[T], node: Any, group: str) -> T:

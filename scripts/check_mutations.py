@@ -180,7 +180,7 @@ MUTATIONS = [
      ["tests/rollout/test_loop.py::test_no_group_older_than_k_is_ever_handed_to_the_trainer",
       "tests/rollout/test_loop.py::"
       "test_a_group_exactly_k_versions_old_is_handed_over_and_one_more_is_not"]),
-    ("hard session affinity replays every session in every group", "serving/simulate/offline.py",
+    ("hard session affinity replays every session in every group", "planner/offline.py",
      "                                   if bound[json.loads(line)[\"session_id\"]] == g))\n",
      "                                   ))\n",
      ["tests/serving/test_simulate.py::"
@@ -209,11 +209,11 @@ MUTATIONS = [
      "        http = next(iter(self._http.values()), None)\n",
      ["tests/serving/test_frontdoor.py::test_one_door_serves_one_event_loop_after_another"]),
     ("the planner buys a fleet that met the target under one seed",
-     "serving/simulate/cli.py", '"ok": all(r["ok"] for r in per_seed)',
+     "planner/cli.py", '"ok": all(r["ok"] for r in per_seed)',
      '"ok": any(r["ok"] for r in per_seed)',
      ["tests/serving/test_simulate.py::"
       "test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force"]),
-    ("the sensitivity shows its first seed's figures", "serving/simulate/sensitivity.py",
+    ("the sensitivity shows its first seed's figures", "planner/sensitivity.py",
      "            row[f] = sum(values) / len(values)\n", "            row[f] = values[0]\n",
      ["tests/serving/test_simulate.py::"
       "test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed"]),

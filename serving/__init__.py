@@ -5,7 +5,7 @@ This top level is the client face: what a process that samples from a running cl
 The driver starts, reuses and stops clusters through `running_cluster` (serving/cluster.py),
 loaded on first use, as is a trainer's replay of the grammar masks (`GrammarReplay`,
 serving/toolcall/replay.py); code that runs inside engine processes is in `serving.engine`;
-`serving.serve` and `serving.simulate` are standalone apps.
+`serving.serve` and `planner` are standalone apps.
 """
 
 from typing import Any

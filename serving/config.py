@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollfleet.cli import one_of
 from serving.topologies import TOPOLOGIES
 
 LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
@@ -21,11 +22,6 @@ LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
 ROUTER_MODES = ("kv", "round-robin", "random")
 AFFINITY = ("soft", "hard", "off")
 KV_TIERS = ("none", "mooncake")
-
-
-def one_of(default: str, choices) -> str:
-    """A setting with a fixed set of values, checked when the config loads (rollout.config)."""
-    return field(default=default, metadata={"choices": tuple(choices)})
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ import pytest
 
 from rollfleet.paths import ROOT
 
-PROJECT = ("rollfleet", "kernels", "envs", "serving", "rollout")
+PROJECT = ("rollfleet", "kernels", "envs", "serving", "planner", "rollout")
 MAY_IMPORT = {  # package -> the project's packages it may import
     "rollfleet": set(),
     "kernels": set(),
     "envs": {"rollfleet"},
-    "serving": {"rollfleet", "kernels"},
+    "serving": {"rollfleet"},
+    "planner": {"rollfleet", "kernels", "serving"},
     "rollout": {"rollfleet", "envs", "serving"},
 }
 ACTOR_FILES = ("rollout/worker.py", "rollout/session.py", "rollout/model_client.py")
@@ -79,12 +80,20 @@ def test_rollout_sees_serving_through_a_dozen_names_of_its_face_none_of_them_the
     assert "serving.Cluster" not in names
 
 
-def test_the_standalone_apps_are_imported_by_nothing_else_in_serving():
-    bad = [f"{path.relative_to(ROOT)}: {name}" for path in sources("serving")
-           for name in imports(path)
-           for app in ("serving.serve", "serving.simulate")
+def test_the_standalone_apps_are_imported_by_nothing_else():
+    bad = [f"{path.relative_to(ROOT)}: {name}" for package in PROJECT
+           for path in sources(package) for name in imports(path)
+           for app in ("serving.serve", "planner")
            if name.startswith(app) and not path.is_relative_to(ROOT / app.replace(".", "/"))]
     assert bad == []
+
+
+def test_the_planner_uses_serving_through_its_face_alone():
+    """`from serving import ...` only: serving's config, errors and cluster, as it exports
+    them, never a module below it."""
+    deep = [f"{path.relative_to(ROOT)}: {name}" for path in sources("planner")
+            for name in imports(path) if name.startswith("serving.")]
+    assert deep == []
 
 
 def test_the_client_face_loads_no_cluster_dynamo_or_kv_tier():

@@ -5,7 +5,7 @@ K=$(python3 -c "import json;k=json.load(open('bench/simulate_fit.json'))['calibr
 mkdir -p bench/simulate_prefill_workers
 row() { # name P D N extra...
   name=$1; P=$2; D=$3; N=$4; shift 4
-  .venv/bin/python -m serving.simulate run serving=glm5_gpu serving.prefill_engines=$P serving.decode_engines=$D \
+  .venv/bin/python -m planner run serving=glm5_gpu serving.prefill_engines=$P serving.decode_engines=$D \
     simulate.sessions=$N $K simulate.seeds=5 simulate.jobs=2 "$@" simulate.out=bench/simulate_prefill_workers/$name.json
   echo "$name rc=$?"
 }

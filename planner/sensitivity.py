@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.simulate.calibrate import KNOBS
+from planner.calibrate import KNOBS
 
 FIGURES = {"tok_s_user": "tok/s per user", "ttft_p90_s": "TTFT p90 (s)"}
 

@@ -1,11 +1,11 @@
-"""`python -m serving.simulate [run|seed|sweep|recommend] serving=glm5_gpu [simulate=...]`: a
+"""`python -m planner [run|seed|sweep|recommend] serving=glm5_gpu [simulate=...]`: a
 GLM-5.x GPU fleet at full scale, simulated on this CPU.
 
 Simulated engines (NVIDIA Dynamo's mocker) are timed by a GLM-5.3 perf table built from
-aiconfigurator-core's measured kernel data (serving/simulate/perf.py) and run a workload of agent
-sessions (serving/simulate/workload.py), either through Dynamo's offline replay (virtual clock, the
+aiconfigurator-core's measured kernel data (planner/perf.py) and run a workload of agent
+sessions (planner/workload.py), either through Dynamo's offline replay (virtual clock, the
 replay's KV router; `simulate.mode=offline`, the default) or live behind the real frontend and KV
-router (`simulate.mode=live`, serving/simulate/live.py: small fleets only, the 2-core host is the
+router (`simulate.mode=live`, planner/live.py: small fleets only, the 2-core host is the
 limit). Commands:
   run        one fleet: `simulate.groups` x (P:D of the serving config), `simulate.sessions`
   seed       the seed's figures beside the published ones (1P:4D, 66 sessions, ITL, KV formats)
@@ -19,7 +19,7 @@ limit). Commands:
              at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s` (under every
              one of `simulate.seeds`)
   static     the static question (`simulate.isl`, `prefix`, `osl`) asked of aiconfigurator's own
-             CLI and of this replay, side by side (serving/simulate/static.py)
+             CLI and of this replay, side by side (planner/static.py)
 """
 
 from __future__ import annotations
@@ -34,10 +34,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
-from rollfleet.paths import CONF, cache_dir
-from serving.config import ServingConfig
-from serving.simulate import (
+from planner import (
     calibrate,
     kv_layouts,
     pareto,
@@ -48,10 +45,13 @@ from serving.simulate import (
     static,
     workload,
 )
-from serving.simulate.config import SimulateConfig, topology
-from serving.simulate.published import PUBLISHED
-from serving.simulate.sim import Sim, fleet_name, over_seeds, side_by_side
-from serving.simulate.table import print_table
+from planner.config import SimulateConfig, topology
+from planner.published import PUBLISHED
+from planner.sim import Sim, fleet_name, over_seeds, side_by_side
+from planner.table import print_table
+from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
+from rollfleet.paths import CONF, cache_dir
+from serving import ServingConfig
 
 COMMANDS = ("run", "seed", "sweep", "recommend", "layouts", "plan", "calibrate", "static")
 RATIOS = (1, 2, 3, 4, 5, 6)

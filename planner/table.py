@@ -1,4 +1,4 @@
-"""The Markdown tables every `python -m serving.simulate` command prints."""
+"""The Markdown tables every `python -m planner` command prints."""
 
 from __future__ import annotations
 

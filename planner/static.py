@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from serving.simulate.sim import Sim, fleet_name
+from planner.sim import Sim, fleet_name
 
 TIMEOUT_S = 1800
 _ESTIMATE = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "tokens/s/gpu": "tok_s_gpu",

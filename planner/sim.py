@@ -10,12 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from serving.config import ServingConfig
-from serving.simulate import offline, perf, planner, workload
-from serving.simulate.config import SimulateConfig, topology
+from planner import offline, perf, planner, workload
+from planner.config import SimulateConfig, topology
+from serving import ServingConfig
 
 CAPACITY_STEPS = (4, 8, 12, 16, 24, 32, 40, 48, 56, 66, 80, 100, 132)
-log = logging.getLogger("serving.simulate")
+log = logging.getLogger("planner")
 
 
 class Sim:
@@ -129,7 +129,7 @@ class Sim:
         trace = workload.write_trace(self.work_dir / f"trace_{lanes}_{os.getpid()}.jsonl",
                                      self.sessions(count), self.shared)
         if self.cfg.mode == "live":
-            from serving.simulate.live import run_live
+            from planner.live import run_live
 
             result = run_live(self, fleet, lanes, policy)
         else:

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from planner import descriptors, offline, perf, planner, workload
+from planner.cli import load, main
 from rollfleet.paths import ROOT
 from rollfleet.stats import percentile
-from serving.simulate import descriptors, offline, perf, planner, workload
-from serving.simulate.cli import load, main
 from tests.procs import new_job_processes, process_table
 
 TINY = ["simulate.sessions=2", "simulate.lifetimes=2", "simulate.first_prompt=2000",
@@ -28,7 +28,7 @@ TINY = ["simulate.sessions=2", "simulate.lifetimes=2", "simulate.first_prompt=20
 
 def test_the_seed_topology_comes_from_the_serving_config():
     serving, cfg, _, _ = load(["serving=glm5_gpu", "simulate=h200"])
-    from serving.simulate.config import topology
+    from planner.config import topology
 
     topo = topology(serving)
     assert (topo["prefill"], topo["decode"], topo["tp"], topo["ep"]) == (1, 4, 8, 8)
@@ -132,7 +132,7 @@ def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoder
     replay's own per-request records; through the CLI,
     every returning turn counts as kept home; soft and hard affinity are refused where they
     do not run."""
-    from serving.simulate.sim import Sim
+    from planner.sim import Sim
 
     args = ["serving=glm5_gpu", "serving.prefill_engines=2", "serving.decode_engines=3", *TINY,
             "simulate.sessions=6", "simulate.policy=kv_affine",
@@ -171,8 +171,8 @@ def test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoder
 def test_the_ratio_search_runs_once_per_seed_and_counts_each_seeds_winner(tmp_path):
     """Each seed searches every ratio's capacity on its own sessions; side by side
     (`simulate.jobs=2`) the same numbers as one after another (round-robin replays repeat)."""
-    from serving.simulate import predict
-    from serving.simulate.sim import Sim
+    from planner import predict
+    from planner.sim import Sim
 
     serving, cfg, _, _ = load(["serving=glm5_gpu", *TINY, "simulate.policy=round_robin",
                                "simulate.target_tok_s=97.5", "simulate.ttft_slo_s=0.7",
@@ -362,7 +362,7 @@ def test_an_attention_dp_worker_is_as_many_engines_each_holding_one_rank_s_kv(tm
 
     from aiconfigurator_core.sdk import memory
 
-    from serving.simulate.sim import Sim
+    from planner.sim import Sim
 
     serving, cfg, _, _ = load(["serving=glm5_gpu", *TINY])
     sim = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache")
@@ -406,7 +406,7 @@ def test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force
     assert main(["plan", *args, f"simulate.out={out}"]) == 0
     got = json.loads(out.read_text())
     serving, cfg, _, _ = load(args)
-    from serving.simulate.sim import Sim
+    from planner.sim import Sim
 
     sims = Sim(serving, cfg, tmp_path / "work", tmp_path / "cache").seeded()
     assert [x.cfg.seed for x in sims] == got["seeds"] == [0, 1]
@@ -432,7 +432,7 @@ def test_the_fit_recovers_known_efficiencies_and_leaves_the_pinned_knobs_alone()
     """A known world: tok/s per user = 70 x decode efficiency (less a little per prefill
     slowness), TTFT p90 = 40 s / prefill efficiency^2. The fit lands on the efficiencies that
     give 101 tok/s and 10 s, within its tolerances, and never moves tool time, MTP or host tier."""
-    from serving.simulate import calibrate
+    from planner import calibrate
 
     def measure(k: dict) -> dict:
         return {"tok_s_user": 70 * k["decode_efficiency"] * (1 - 0.02 / k["prefill_efficiency"]),
@@ -472,7 +472,7 @@ def test_calibrate_fits_the_published_point_and_predicts_the_rest(tmp_path: Path
 def test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed():
     """Each knob across its range (4 points and its calibrated value), the others held: every
     setting measured once per seed, and each figure is the mean of its seeds' with their range."""
-    from serving.simulate import calibrate, sensitivity
+    from planner import calibrate, sensitivity
 
     knobs = {k: v.value for k, v in calibrate.KNOBS.items()}
     calls = []

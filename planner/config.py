@@ -1,4 +1,4 @@
-"""Settings of a fleet simulation (`python -m serving.simulate`): the hardware and perf data the
+"""Settings of a fleet simulation (`python -m planner`): the hardware and perf data the
 simulated engines are timed by, and the workload. The topology itself is a `serving=` config."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from rollfleet.cli import ConfigError
-from serving.config import ServingConfig, one_of
-from serving.simulate.descriptors import TRANSPORTS
-from serving.simulate.offline import POLICIES
+from planner.descriptors import TRANSPORTS
+from planner.offline import POLICIES
+from rollfleet.cli import ConfigError, one_of
+from serving import ServingConfig
 
 SYSTEMS = ("gb200", "gb300", "b200_sxm", "b300_sxm", "h200_sxm", "h100_sxm")
 PERF_BACKENDS = ("vllm", "sglang", "trtllm")

@@ -7,8 +7,8 @@ CLI lays them side by side with the published ones.
 
 from __future__ import annotations
 
-from serving.simulate.planner import Shape
-from serving.simulate.sim import Sim, side_by_side
+from planner.planner import Shape
+from planner.sim import Sim, side_by_side
 
 # 1:2 ... 1:6 and 2:k with k the same decode share (the seed chose 1:4 among such)
 RATIOS = tuple(Shape(1, k) for k in range(2, 7)) + tuple(Shape(2, k) for k in (6, 8, 10))

@@ -9,7 +9,7 @@ ratio that the 2-core host's Python client and frontend cannot keep up with).
 Routing policies: `round_robin` and `kv` are the replay's own router modes. Session affinity is a
 frontend feature in Dynamo 1.6.1 (not part of the replay's router config, whose session prefix
 index moved no session home in a 2P:10D replay): `kv_soft` runs on live engines only
-(serving/simulate/live.py). `kv_affine` is hard affinity, replayed as what it amounts to: every
+(planner/live.py). `kv_affine` is hard affinity, replayed as what it amounts to: every
 session bound to one prefill worker (an aggregated worker) for life is a fleet of groups that
 share nothing, one per prefill worker with its share of the decoders, each routed by `kv`
 inside; sessions and lanes are dealt to the groups in proportion to their decoders. The

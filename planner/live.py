@@ -22,10 +22,9 @@ from typing import Any
 
 import httpx
 
+from planner import offline
 from rollfleet.stats import percentile
-from serving.config import ModelConfig, ServingConfig
-from serving.errors import ServingError
-from serving.simulate import offline
+from serving import ModelConfig, ServingConfig, ServingError, running_cluster
 
 ROUTING = {"round_robin": ("round-robin", "off"), "kv": ("kv", "off"), "kv_soft": ("kv", "soft")}
 
@@ -40,8 +39,6 @@ def mocker_args(fleet: offline.Fleet) -> list[str]:
 
 
 def run_live(sim, fleet: offline.Fleet, lanes: int, policy: str) -> dict[str, Any]:
-    from serving.cluster import Cluster
-
     if not fleet.agg_workers:
         raise ServingError("simulate.mode=live runs aggregated mocker workers only (the mocker "
                            "topology); simulate P:D with simulate.mode=offline, or use an "
@@ -58,8 +55,8 @@ def run_live(sim, fleet: offline.Fleet, lanes: int, policy: str) -> dict[str, An
     run_dir = sim.work_dir / f"live_{policy}_{lanes}"
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with Cluster(serving, model, run_dir, sim.cache_dir) as endpoint:
-        turns = asyncio.run(_drive(endpoint, sessions, lanes, cfg.speedup_ratio, cfg.seed))
+    with running_cluster(serving, model, run_dir, sim.cache_dir) as cluster:
+        turns = asyncio.run(_drive(cluster.endpoint, sessions, lanes, cfg.speedup_ratio, cfg.seed))
     wall = time.monotonic() - t0
     return summarize(turns, cfg.speedup_ratio) | {"wall_s": round(wall, 2), "lanes": lanes,
                                                    "policy": policy, "mode": "live"}

@@ -1,7 +1,7 @@
 import logging
 import sys
 
-from serving.simulate.cli import main
+from planner.cli import main
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 for noisy in ("aiconfigurator_core", "dynamo"):

@@ -1,4 +1,4 @@
-"""`python -m serving.simulate layouts`: one TP8 worker's KV transfer per turn of the seed's
+"""`python -m planner layouts`: one TP8 worker's KV transfer per turn of the seed's
 sessions, per-layer vs block-major, predicted by the descriptor model beside the published
 figures. Nothing is fitted to them: the geometry is GLM-5.3's (79 cached layers, the KV format's
 row plus the DSA indexer's, 64-token blocks), the tokens moved come from the workload, and the
@@ -11,10 +11,10 @@ transfers side by side: the count and time of one rank are the worker's figures.
 
 from __future__ import annotations
 
-from serving.simulate import descriptors, offline, perf, workload
-from serving.simulate.config import SimulateConfig
-from serving.simulate.published import PUBLISHED
-from serving.simulate.table import print_table
+from planner import descriptors, offline, perf, workload
+from planner.config import SimulateConfig
+from planner.published import PUBLISHED
+from planner.table import print_table
 
 
 def geometry(kv_cache_dtype: str) -> descriptors.Geometry:
