@@ -183,7 +183,7 @@ MUTATIONS = [
     ("hard session affinity replays every session in every group", "planner/offline.py",
      "                                   if bound[json.loads(line)[\"session_id\"]] == g))\n",
      "                                   ))\n",
-     ["tests/serving/test_simulate.py::"
+     ["tests/planner/test_simulate.py::"
       "test_hard_affinity_keeps_every_session_on_its_prefill_worker_and_its_decoders"]),
     ("serve's relay buffers the cluster's answer", "serving/serve/proxy.py",
      "            async for chunk in resp.content.iter_any():\n"
@@ -211,11 +211,11 @@ MUTATIONS = [
     ("the planner buys a fleet that met the target under one seed",
      "planner/cli.py", '"ok": all(r["ok"] for r in per_seed)',
      '"ok": any(r["ok"] for r in per_seed)',
-     ["tests/serving/test_simulate.py::"
+     ["tests/planner/test_simulate.py::"
       "test_a_small_plan_is_the_smallest_fleet_that_simulation_finds_by_brute_force"]),
     ("the sensitivity shows its first seed's figures", "planner/sensitivity.py",
      "            row[f] = sum(values) / len(values)\n", "            row[f] = values[0]\n",
-     ["tests/serving/test_simulate.py::"
+     ["tests/planner/test_simulate.py::"
       "test_the_sensitivity_sweep_moves_one_knob_at_a_time_once_per_value_and_seed"]),
     ("the launcher leaves the hard rlimits open", "envs/launch.c",
      "struct rlimit r = {n, n};", "struct rlimit r = {n, RLIM_INFINITY};",
