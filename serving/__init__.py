@@ -10,12 +10,11 @@ serving/toolcall/replay.py); code that runs inside engine processes is in `servi
 
 from typing import Any
 
-from serving.config import ModelConfig, ServingConfig
+from serving.config import PAUSE_MODES, ModelConfig, ServingConfig
 from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.errors import ServerUnavailable, ServingError
 from serving.frontdoor import FrontDoor, Generation, PromptTooLong, Sampling, open_front_door
 from serving.metrics import KvState, MetricsError
-from serving.policy import PAUSE_MODES
 from serving.tool_turn import SampledCall, ToolCallSampler, ToolTurn
 from serving.toolcall import ISSUE_KINDS, CallTooLong, TurnTooLong
 

@@ -20,6 +20,7 @@ LOGPROBS_MODES = {  # serving.logprobs -> vLLM's --logprobs-mode
 
 
 ROUTER_MODES = ("kv", "round-robin", "random")
+PAUSE_MODES = ("wait", "abort", "keep")  # what turns in flight do in a weight update (policy.py)
 AFFINITY = ("soft", "hard", "off")
 KV_TIERS = ("none", "mooncake")
 

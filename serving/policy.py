@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 
 from serving.checkpoints import PolicyCheckpoint, PolicyUpdateError
+from serving.config import PAUSE_MODES
 
 log = logging.getLogger(__name__)
 
-PAUSE_MODES = ("wait", "abort", "keep")
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's update routes (on loopback, like the server)
 REMOTE_KV_WAIT_S = 30.0  # how long a decode worker's reset waits out a request's KV in transit
 RESET_TRIES = 5  # a vLLM cache reset refused while blocks are held (async saves) is tried again

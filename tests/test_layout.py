@@ -96,12 +96,12 @@ def test_the_planner_uses_serving_through_its_face_alone():
     assert deep == []
 
 
-def test_the_client_face_loads_no_cluster_dynamo_or_kv_tier():
+def test_the_client_face_loads_no_cluster_dynamo_kv_tier_or_weight_updates():
     """(The topologies' registry, a table of names, is part of the config; no topology.)"""
     probe = ("import sys, serving, rollout.worker; "
              "print(sorted(m for m in sys.modules if m.startswith(('serving.cluster', "
-             "'serving.topologies.', 'serving.dynamo', 'serving.kvtier', 'dynamo', "
-             "'mooncake'))))")
+             "'serving.topologies.', 'serving.dynamo', 'serving.kvtier', 'serving.policy', "
+             "'serving.checkpoints', 'dynamo', 'mooncake'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
