@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from envs import EnvConfig
 from rollfleet.cli import store_schema, typed
-from rollout.corpus import CorpusConfig
 from rollout.model_client import CONSTRAINTS, SamplingConfig
+from rollout.reports.corpus import CorpusConfig
 from rollout.session import SessionLimits
 from rollout.tracking import LoggerConfig
 from serving import PAUSE_MODES, ModelConfig, ServingConfig
@@ -52,7 +52,7 @@ class RolloutConfig:
     max_retries: int = 3  # attempts after an infra error
     retry_backoff_s: float = 10.0  # attempt n waits retry_backoff_s * 2^(n-1) (10, 20, 40 s)
     max_consecutive_infra: int = 20  # infrastructure errors in a row that stop the run
-    # RL (rollout/policy_fence.py): how turns in flight meet a weight update, and how many
+    # RL (rollout/rl/policy_fence.py): how turns in flight meet a weight update, and how many
     # policy versions a session may outlive (null: any); a stale one is ended, or kept and
     # marked (left out of the trainer's view)
     update_mode: str = field(default="wait", metadata={"choices": PAUSE_MODES})
@@ -60,7 +60,7 @@ class RolloutConfig:
     stale_sessions: str = field(default="end", metadata={"choices": ("end", "keep")})
     # how old a group may be when the trainer takes it (the served version minus its oldest
     # token's; null: any); an older one is dropped, or dropped and its task sampled again
-    # (rollout/loop.py)
+    # (rollout/rl/loop.py)
     max_off_policy_steps: int | None = None
     stale_groups: str = field(default="drop", metadata={"choices": STALE_GROUPS})
 
@@ -94,7 +94,7 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """The RL example's trainer (rollout/reinforce.py): off unless an experiment turns it on
+    """The RL example's trainer (rollout/rl/reinforce.py): off unless an experiment turns it on
     (conf/experiment/rl_loop.yaml)."""
 
     enabled: bool = False

@@ -1,6 +1,6 @@
 """Everything a job runs on, started in one place and stopped on every way out.
 
-The job's command line (rollout/run.py) and the RL loop (rollout/loop.py) both take their fleet
+The job's command line (rollout/run.py) and the RL loop (rollout/rl/loop.py) both take their fleet
 from here, so that they start the same things the same way: the serving cluster, Ray (a
 configured `ray.address` or a Ray of the job's own), the records' provenance, the rollout
 workers, admission, the scheduler and the record sink; for the RL loop, the policy board the
@@ -33,8 +33,8 @@ from rollfleet.run_dir import RunDir
 from rollout.admission import FixedWindow, KvBudget
 from rollout.config import RayConfig, RolloutConfig, config_hash, validate
 from rollout.model_client import check_sampling
-from rollout.policy_fence import remote_board
 from rollout.record import Provenance
+from rollout.rl.policy_fence import remote_board
 from rollout.scheduler import Scheduler
 from rollout.sink import RecordSink
 from rollout.worker import remote_worker

@@ -30,14 +30,14 @@ from rollout.config import (
     register_schemas,
     validate,
 )
-from rollout.corpus import build as build_corpus
-from rollout.corpus import corpus_message, source_of
 from rollout.fleet import Fleet
 from rollout.record import Job
+from rollout.reports.corpus import build as build_corpus
+from rollout.reports.corpus import corpus_message, source_of
+from rollout.rl.trainer_view import save_trainer_view
 from rollout.scheduler import RunAborted
 from rollout.summary import SUMMARY_FIELDS, RunningTally, print_summary, summarize
 from rollout.tracking import RunLogger
-from rollout.trainer_view import save_trainer_view
 from serving import ServingError
 
 log = logging.getLogger("rollout")
@@ -155,8 +155,8 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: run.log only
     try:
         trainer = validate(cfg)["trainer"]
-        if trainer.enabled:  # the RL example: a trainer drives the fleet (rollout/loop.py)
-            from rollout.reinforce import train
+        if trainer.enabled:  # the RL example: a trainer drives the fleet (rollout/rl/loop.py)
+            from rollout.rl.reinforce import train
 
             train(cfg, trainer, Path(HydraConfig.get().runtime.output_dir))
         else:

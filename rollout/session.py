@@ -18,7 +18,6 @@ from typing import Any
 
 from envs import Environment, SandboxError
 from rollout.model_client import ModelClient
-from rollout.policy_fence import TurnFence
 from rollout.record import (
     Job,
     Outcome,
@@ -32,6 +31,7 @@ from rollout.record import (
     experts_fields,
     prefix_break,
 )
+from rollout.rl.policy_fence import TurnFence
 from serving import ServingError, ToolTurn, TurnTooLong
 
 log = logging.getLogger(__name__)

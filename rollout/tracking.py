@@ -49,7 +49,7 @@ class RunLogger:
         }, step=self.step)
 
     def log_step(self, row: dict[str, Any]) -> None:
-        """One trainer step's figures (rollout/reinforce.py), numbers and the lag histogram."""
+        """One trainer step's figures (rollout/rl/reinforce.py), numbers and the lag histogram."""
         if self.run is None:
             return
         self.step += 1

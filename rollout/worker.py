@@ -10,8 +10,8 @@ import ray
 
 from envs import EnvConfig, load
 from rollout.model_client import ModelClient, SamplingConfig
-from rollout.policy_fence import TurnFence
 from rollout.record import Job, Provenance
+from rollout.rl.policy_fence import TurnFence
 from rollout.session import Session, SessionLimits
 from serving import Endpoint
 
@@ -22,7 +22,7 @@ class RolloutWorker:
     def __init__(self, env_cfg: EnvConfig, endpoint: Endpoint, sampling: SamplingConfig,
                  limits: SessionLimits, seed: int, provenance: Provenance,
                  board: Any | None = None) -> None:
-        """`board`: the RL loop's PolicyBoard actor (rollout/policy_fence.py), if any."""
+        """`board`: the RL loop's PolicyBoard actor (rollout/rl/policy_fence.py), if any."""
         logging.basicConfig(level=logging.WARNING)
         self.env = load(env_cfg)
         self.client = ModelClient(endpoint, sampling)

@@ -41,8 +41,8 @@ from transformers import AutoModelForCausalLM
 
 from rollfleet.paths import ROOT
 from rollfleet.run_dir import RunDir
-from rollout.behaviour import FIDELITY_MAX, FIDELITY_MEAN, SessionLogprobs
-from rollout.rescore import check_logprobs
+from rollout.reports.rescore import check_logprobs
+from rollout.rl.behaviour import FIDELITY_MAX, FIDELITY_MEAN, SessionLogprobs
 from serving.checkpoints import digest_of, read_index
 
 TOPOLOGIES = {
@@ -84,7 +84,7 @@ def fidelity_of(run: Path) -> dict:
 
 def routing_replay(run: Path) -> dict:
     """The stand-in measurement of part 3 over every record of a main-job run."""
-    from rollout.routing import capture_routing, replay_routing
+    from rollout.rl.routing import capture_routing, replay_routing
 
     records = [r for r in load_from_disk(str(RunDir(run).dataset)).to_list()
                if r["prefix_consistent"] and r["token_ids"]]

@@ -5,7 +5,7 @@ Per topology, side by side in one run:
 1. `--updates` updates of an idle fleet (alternating two checkpoints), each split into pause,
    cache invalidation, weights and resume (median); then stopping and starting the same
    cluster on the new checkpoint, the cost of a new job instead;
-2. the RL loop (rollout/loop.py, `+experiment=rl_loop` sessions) for `--steps` steps of
+2. the RL loop (rollout/rl/loop.py, `+experiment=rl_loop` sessions) for `--steps` steps of
    `--groups` groups, with an update after every step vs none: turns per second, rollouts
    lost, turns sampled again.
 
@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
 from rollfleet.run_dir import RunDir
-from rollout.loop import Rollouts
+from rollout.rl.loop import Rollouts
 from serving import ModelConfig, ServingConfig
 from serving.cluster import Cluster
 from serving.tiny_model import ensure_tiny_glm

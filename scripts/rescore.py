@@ -1,4 +1,4 @@
-"""Re-score N records of a run from the records alone (rollout/rescore.py says how).
+"""Re-score N records of a run from the records alone (rollout/reports/rescore.py says how).
 
     python scripts/rescore.py RUN_DIR [--records 20] [--diffs 5] [--mean 0.005] [--max 0.05]
                               [--out rescore.json]
@@ -25,8 +25,8 @@ from transformers import AutoModelForCausalLM
 from envs import EnvConfig, load
 from rollfleet.cli import bad_config, typed
 from rollfleet.run_dir import RunDir
-from rollout.behaviour import FIDELITY_MAX, FIDELITY_MEAN, SessionLogprobs
-from rollout.rescore import check_logprobs, check_rewards
+from rollout.reports.rescore import check_logprobs, check_rewards
+from rollout.rl.behaviour import FIDELITY_MAX, FIDELITY_MEAN, SessionLogprobs
 from serving.checkpoints import digest_of, read_index
 
 

@@ -149,7 +149,7 @@ def test_one_place_builds_the_fleet_the_job_and_the_rl_loop_share():
     builders = {part: sorted(str(path.relative_to(ROOT)) for path in sources("rollout")
                              if part in _called(path)) for part in FLEET_PARTS}
     assert builders == dict.fromkeys(FLEET_PARTS, ["rollout/fleet.py"])
-    for user in ("rollout/run.py", "rollout/loop.py"):
+    for user in ("rollout/run.py", "rollout/rl/loop.py"):
         assert "Fleet" in _called(ROOT / user), user
 
 

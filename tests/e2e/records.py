@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollout.behaviour import Fidelity, SessionLogprobs, fidelity
+from rollout.rl.behaviour import Fidelity, SessionLogprobs, fidelity
 from rollout.session import NO_CALL_NUDGE
 
 MARKUP = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
@@ -47,7 +47,7 @@ def check_records(ds, engines: set[str]) -> dict[str, int]:
 def check_behaviour(records, model_dir: str | None = None) -> Fidelity:
     """Every sampled token's recorded behaviour logprob equals a trainer's masked recompute at
     the weights that sampled it (`model_dir`, default the records' model folder), within the
-    project's tolerance (rollout/behaviour.py); forced tokens are exactly 0."""
+    project's tolerance (rollout/rl/behaviour.py); forced tokens are exactly 0."""
     records = list(records)
     folder = model_dir or records[0]["provenance"]["model_path"]
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()

@@ -48,7 +48,7 @@ def test_a_tiny_sweep_writes_its_report_and_resumes(tmp_path):
     assert again.stdout.count("nothing left to run") + again.stderr.count(
         "nothing left to run") == 2
     (sweep / "report.md").unlink()
-    regen = _run("rollout.report", str(sweep), "--no-wandb")
+    regen = _run("rollout.reports.report", str(sweep), "--no-wandb")
     assert regen.returncode == 0 and (sweep / "report.md").read_text() == report
 
 
@@ -75,7 +75,7 @@ def test_a_tiny_corpus_export(tmp_path, on_shared_engine):
     for row in tokens:  # the sampled sequence itself, not a re-tokenization
         assert row["input_ids"] == records[row["rollout_id"]]["token_ids"]
     assert "rows kept of 4 records" in (out / "corpus" / "sft" / "README.md").read_text()
-    empty = _run("rollout.corpus", str(out), "corpus.min_reward=1.0")
+    empty = _run("rollout.reports.corpus", str(out), "corpus.min_reward=1.0")
     assert empty.returncode == 0
     assert "corpus: empty: every one of the 4 records was filtered out" in empty.stdout
     assert len(load_from_disk(str(out / "corpus" / "sft"))) == 0

@@ -1,4 +1,4 @@
-"""Policy updates mid-run on every topology, through the trainer-facing API (rollout/loop.py),
+"""Policy updates mid-run on every topology, through the trainer-facing API (rollout/rl/loop.py),
 with real engines and real Ray: nothing lost, every turn tagged with its version, and no KV of
 the old weights reused anywhere (the replayed prompt's greedy token matches a fresh engine on the
 new weights, with no cached token)."""
@@ -16,7 +16,7 @@ from datasets import load_from_disk
 from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
-from rollout.loop import Rollouts
+from rollout.rl.loop import Rollouts
 from serving import Endpoint, Generation, ModelConfig, Sampling, ServingConfig, open_front_door
 from serving.cluster import Cluster
 from serving.tiny_model import ensure_tiny_glm

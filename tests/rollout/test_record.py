@@ -23,8 +23,8 @@ from rollout.record import (
     error_record,
     prefix_break,
 )
+from rollout.rl.trainer_view import trainer_rows
 from rollout.sink import RecordSink, SchemaError
-from rollout.trainer_view import trainer_rows
 
 PROV = Provenance("run-1", "tiny-glm", "/models/tiny", "abc", 7, '{"vllm": "0.31.0"}')
 

@@ -14,8 +14,8 @@ import envs.lease
 from envs import EnvConfig, load
 from rollfleet.paths import ROOT
 from rollout.model_client import ModelClient, SamplingConfig
-from rollout.policy_fence import TurnFence
 from rollout.record import Job, Provenance
+from rollout.rl.policy_fence import TurnFence
 from rollout.session import Session, SessionLimits, request_seed
 from serving import (
     Endpoint,

@@ -2,7 +2,6 @@
 
 from datasets import load_from_disk
 
-from rollout.corpus import CorpusConfig, build, corpus_message, select
 from rollout.record import (
     Job,
     Outcome,
@@ -12,6 +11,7 @@ from rollout.record import (
     ToolCallRecord,
     build_record,
 )
+from rollout.reports.corpus import CorpusConfig, build, corpus_message, select
 from tests.rollout.test_record import _turn
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")

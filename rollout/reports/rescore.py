@@ -5,7 +5,7 @@ recompute at the weights of each turn's version.
     and the hidden tests run again; the reward must be the recorded one.
 (b) Logprobs: each session goes through the checkpoint of each version its turns were sampled
     from (a float32 transformers forward over the whole sequence), and each turn's grammar
-    mask is replayed from the record (rollout/behaviour.py): a `behaviour` logprob must equal
+    mask is replayed from the record (rollout/rl/behaviour.py): a `behaviour` logprob must equal
     the masked recompute, a `raw` one the unmasked one, within the tolerances. A turn whose
     checkpoint digest is not its version's (or whose version the run did not keep) is named,
     not compared.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs import Environment
-from rollout.behaviour import Fidelity, SessionLogprobs, fidelity
+from rollout.rl.behaviour import Fidelity, SessionLogprobs, fidelity
 
 
 @dataclass

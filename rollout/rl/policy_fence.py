@@ -3,7 +3,7 @@
 The `PolicyBoard` (a Ray actor beside the driver) holds the version the engines serve and the
 turns in flight. A session asks it before each turn (`begin`: the version, or a wait while an
 update is under way) and after it (`end`: whether the engines were paused meanwhile). The driver
-updates the weights in the mode chosen (rollout.update_mode; rollout/policy_update.py):
+updates the weights in the mode chosen (rollout.update_mode; rollout/rl/policy_update.py):
 
 - `wait`: no new turn begins; the turns in flight finish on the old weights; then the engines
   are paused, updated and resumed. Every turn is of one version, none is sampled twice.

@@ -6,7 +6,7 @@ from datasets import Dataset
 from omegaconf import OmegaConf
 
 from rollout.record import FEATURES, Job, Outcome, Provenance, SessionTrace, build_record
-from rollout.report import load_members, main, write_report
+from rollout.reports.report import load_members, main, write_report
 from tests.rollout.test_record import _turn
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")

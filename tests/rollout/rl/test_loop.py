@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollfleet.cli import ConfigError
-from rollout.loop import Group, GroupSource, Rollouts
+from rollout.rl.loop import Group, GroupSource, Rollouts
 
 
 def _drain(source: GroupSource) -> list:

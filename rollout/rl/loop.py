@@ -36,10 +36,10 @@ from rollfleet.cli import ConfigError, compose
 from rollfleet.run_dir import RunDir
 from rollout.config import SCHEMAS, STALE_GROUPS, register_schemas, validate
 from rollout.fleet import Fleet, ServingCluster
-from rollout.policy_update import update_policy
 from rollout.record import Job
+from rollout.rl.policy_update import update_policy
+from rollout.rl.trainer_view import save_trainer_view
 from rollout.scheduler import JobSource
-from rollout.trainer_view import save_trainer_view
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rollout.routing import replay_routing, session_experts
+from rollout.rl.routing import replay_routing, session_experts
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class SessionLogprobs:
 
     def turns(self, row: dict[str, Any]) -> list[TurnMasks]:
         """Each turn's masks, replayed from its recorded grammar over its recorded tokens; `row`
-        is a record or a trainer-view row (rollout/trainer_view.py)."""
+        is a record or a trainer-view row (rollout/rl/trainer_view.py)."""
         out = []
         sequence = row["token_ids"] if "token_ids" in row else row["input_ids"]
         for turn in row["turns"]:
@@ -120,7 +120,7 @@ class TurnRecompute:
 def session_logits(model: Any, record: dict[str, Any], routing: bool = True) -> Any:
     """`model`'s logits for the session's tokens after the first, given what precedes each;
     with `routing`, through the experts the engine routed each token to where the record has
-    them (rollout/routing.py)."""
+    them (rollout/rl/routing.py)."""
     import torch
 
     ids = torch.tensor(record["token_ids"])

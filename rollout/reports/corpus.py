@@ -1,7 +1,7 @@
 """Synthetic corpora from a run's records: filter, de-duplicate, export for SFT and for tokens.
 
     python -m rollout.run +experiment=synth_corpus        # generate, then build RUN_DIR/corpus
-    python -m rollout.corpus RUN_DIR [corpus.min_reward=0 ...]   # rebuild from the records
+    python -m rollout.reports.corpus RUN_DIR [corpus.min_reward=0 ...]   # rebuild from the records
 
 Filters, in order (each configurable, `CorpusConfig`): status, reward threshold, invalid and
 failed tool calls, length bounds, near-duplicates (the same final diff, or for sessions that
@@ -159,7 +159,7 @@ pretty_name: rollfleet {name} corpus
 
 
 def main(argv: list[str]) -> int:
-    """`python -m rollout.corpus RUN_DIR [corpus.KEY=VALUE ...]`: rebuild RUN_DIR/corpus."""
+    """`python -m rollout.reports.corpus RUN_DIR [corpus.KEY=VALUE ...]`: rebuild RUN_DIR/corpus."""
     from omegaconf import OmegaConf
 
     from envs import EnvConfig, load
@@ -168,7 +168,7 @@ def main(argv: list[str]) -> int:
 
     disable_progress_bars()
     if not argv or not RunDir(Path(argv[0])).dataset.is_dir():
-        return bad_config("usage: python -m rollout.corpus RUN_DIR [corpus.KEY=VALUE ...] "
+        return bad_config("usage: python -m rollout.reports.corpus RUN_DIR [corpus.KEY=VALUE ...] "
                           "(RUN_DIR: a finished run folder)")
     run = RunDir(Path(argv[0]))
     cfg = OmegaConf.load(run.config_file)

@@ -1,11 +1,11 @@
 """The RL example: a minimal policy-gradient trainer (plain torch, CPU) on the served model,
-driving the fleet through `Rollouts` (rollout/loop.py).
+driving the fleet through `Rollouts` (rollout/rl/loop.py).
 
 `python -m rollout.run +experiment=rl_loop` runs it: each step takes `groups_per_step`
 finished groups and computes, under the current weights, the logprob of every sampled token
-under the constraint it was sampled with (the turn's grammar mask replayed, rollout/behaviour.py:
+under the constraint it was sampled with (the turn's grammar mask replayed, rollout/rl/behaviour.py:
 a forced token contributes 0 and no gradient; where the records carry the experts each token
-was routed to, the forward replays them, rollout/routing.py). Each session's tokens are
+was routed to, the forward replays them, rollout/rl/routing.py). Each session's tokens are
 weighted by its reward minus its group's mean (REINFORCE with a group baseline, as GRPO has
 it) and, since the groups were sampled by earlier versions, by the truncated importance ratio
 min(pi / mu, is_clip)
@@ -32,9 +32,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rollfleet.cli import ConfigError
-from rollout.behaviour import SessionLogprobs, session_logits
 from rollout.config import TrainerConfig, validate
-from rollout.loop import Group, Rollouts
+from rollout.rl.behaviour import SessionLogprobs, session_logits
+from rollout.rl.loop import Group, Rollouts
 from rollout.tracking import RunLogger
 
 log = logging.getLogger(__name__)

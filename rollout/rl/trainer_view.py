@@ -6,14 +6,14 @@ the server returned them; nothing re-tokenized), `loss_mask` is 1 on sampled tok
 `logprobs_mode=behaviour` the probability each token was sampled with, after every mask), and
 `token_versions` the policy version that sampled each (-1 elsewhere). `turns` says where each
 turn's tokens start and what they were sampled under (grammar, logit bias, temperature, top-p),
-so that a trainer can replay the masks (rollout/behaviour.py). Sessions that
+so that a trainer can replay the masks (rollout/rl/behaviour.py). Sessions that
 ended in an infrastructure error or whose history broke (README: prefix breaks), and sessions
 that outlived the policy lag bound (`stale`), are left out; GRPO-style groups are `group_id`
 with `sample_index` within it. Each row says which policy version sampled it (`policy_version`
 of its first turn, `turn_policy_versions` of each), and `group_mixed` whether the rows of its
 group come from more than one version.
 
-    python -m rollout.trainer_view RUN_DIR   # (re)writes RUN_DIR/trainer from RUN_DIR/dataset
+    python -m rollout.rl.trainer_view RUN_DIR   # (re)writes RUN_DIR/trainer from RUN_DIR/dataset
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def save_trainer_view(records: Dataset, out: Path) -> Dataset:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m rollout.trainer_view RUN_DIR", file=sys.stderr)
+        print("usage: python -m rollout.rl.trainer_view RUN_DIR", file=sys.stderr)
         return 2
     run = RunDir(Path(argv[0]))
     try:

@@ -1,5 +1,5 @@
 """A weight update as the job runs it: the sessions' side (the PolicyBoard,
-rollout/policy_fence.py) and the engines' side (the cluster's `update_weights`) in the order the
+rollout/rl/policy_fence.py) and the engines' side (the cluster's `update_weights`) in the order the
 update mode needs."""
 
 from __future__ import annotations

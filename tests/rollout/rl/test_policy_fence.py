@@ -1,11 +1,11 @@
 """The policy fence: a turn is recorded only if no engine pause fell inside it (each mode's
-order of steps, as rollout/policy_update.py runs them)."""
+order of steps, as rollout/rl/policy_update.py runs them)."""
 
 import asyncio
 
 import pytest
 
-from rollout.policy_fence import PolicyBoard
+from rollout.rl.policy_fence import PolicyBoard
 
 
 def run(coro):
@@ -60,6 +60,6 @@ def test_an_update_that_fails_reopens_the_board_on_the_version_served():
     async def go():
         board = PolicyBoard(version=2, checkpoint="v2")
         board.start_update()
-        board.finish_update(2, "v2")  # rollout/policy_update.py: what the fleet still serves
+        board.finish_update(2, "v2")  # rollout/rl/policy_update.py: what the fleet still serves
         return await asyncio.wait_for(board.begin("t"), 1)
     assert run(go()) == (2, "v2")

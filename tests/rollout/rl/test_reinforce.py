@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from rollfleet.paths import ROOT
-from rollout.behaviour import SessionLogprobs
-from rollout.loop import Group
-from rollout.reinforce import _served_dtypes, checkpoint_tensors, policy_loss
+from rollout.rl.behaviour import SessionLogprobs
+from rollout.rl.loop import Group
+from rollout.rl.reinforce import _served_dtypes, checkpoint_tensors, policy_loss
 from serving.tiny_model import ensure_tiny_glm
 
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from rollfleet.paths import ROOT
 from rollout.record import FEATURES, Job, Outcome, SessionTrace, build_record, experts_fields
-from rollout.routing import capture_routing, replay_routing, session_experts
+from rollout.rl.routing import capture_routing, replay_routing, session_experts
 from serving import Endpoint, Sampling, open_front_door
 from serving.tiny_model import ensure_tiny_glm
 from tests.rollout.test_record import PROV, _turn

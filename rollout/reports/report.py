@@ -1,4 +1,4 @@
-"""A sweep's report, from its run folders alone: `python -m rollout.report SWEEP_DIR`.
+"""A sweep's report, from its run folders alone: `python -m rollout.reports.report SWEEP_DIR`.
 
 Each member of a Hydra multirun (`python -m rollout.run -m +experiment=eval_sweep ...`) is an
 ordinary run folder under the sweep folder. This reads their datasets (never a live run) and
@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rollfleet.run_dir import RunDir
-from rollout.evals import (
+from rollout.reports.evals import (
     Estimate,
     TaskResult,
     bootstrap,

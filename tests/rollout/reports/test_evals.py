@@ -2,7 +2,7 @@
 
 import pytest
 
-from rollout.evals import (
+from rollout.reports.evals import (
     TaskResult,
     bootstrap,
     mean_pass_at_k,
