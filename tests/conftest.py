@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
-from tests.procs import process_table
+from tests.procs import SESSION_ENV, process_table
 
 if importlib.util.find_spec("triton") and not torch.cuda.is_available():
     _saved = os.environ.get("TRITON_INTERPRET")
@@ -33,6 +34,12 @@ if importlib.util.find_spec("triton") and not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = _saved
 
 
+# Property tests draw the same examples on every run (no example database, no deadline that a
+# loaded 2-core machine would miss): a failure is reproducible, never a fluke of the draw.
+settings.register_profile("rollfleet", derandomize=True, database=None, deadline=None,
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rollfleet"))
+
 # -- what the whole suite promises about itself ------------------------------------------------
 # Only tests that need CUDA may skip here, and every skip is counted by its reason at the end;
 # nothing the suite started may outlive it (engines, Ray, Dynamo, Mooncake, sandboxes).
@@ -42,7 +49,6 @@ _skips: collections.Counter = collections.Counter()
 _before: dict[int, str] = {}
 
 
-SESSION_ENV = "ROLLFLEET_TEST_SESSION"  # every process the suite starts inherits it
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -21,28 +21,34 @@ def running(pid: int) -> bool:
 
 
 WORKER_ENV = "PYTEST_XDIST_WORKER"  # pytest-xdist sets it in each worker; children inherit it
+SESSION_ENV = "ROLLFLEET_TEST_SESSION"  # the suite's pid (tests/conftest.py); children inherit it
 
 
 def process_table() -> dict[int, str]:
-    """Every process's command line, less those another pytest-xdist worker started (its
+    """The command line of every process this test session started, and of no other: it
+    descends from the session, or carries the session's mark in its environment (a daemon
+    that left its parent); less those another pytest-xdist worker of the session started (its
     name in their environment, or in their nearest ancestor's that has one: etcd, Mooncake
-    and sandboxes start with a bare environment), so that a test running beside another
-    never takes that one's engines for leftovers of its own."""
-    me = os.environ.get(WORKER_ENV)
-    table, parent, worker = {}, {}, {}
+    and sandboxes start with a bare environment). A test never takes another program of the
+    same user, or another test run, for leftovers of its own. Outside a test session: every
+    process."""
+    me, session = os.environ.get(WORKER_ENV), os.environ.get(SESSION_ENV)
+    table, parent, worker, marked = {}, {}, {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if me is not None:
-                parent[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent[pid] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         table[pid] = cmd.strip()
-        if me is not None:
-            worker[pid] = _worker_of(entry)
+        marks = _marks(entry)
+        worker[pid], marked[pid] = marks.get(WORKER_ENV), marks.get(SESSION_ENV)
+    if session is not None:
+        table = {pid: cmd for pid, cmd in table.items()
+                 if _of_session(pid, int(session), session, parent, marked)}
     if me is None:
         return table
     # the workers themselves set the name after they started: they are the controller's children
@@ -60,14 +66,34 @@ def process_table() -> dict[int, str]:
     return {pid: cmd for pid, cmd in table.items() if owner(pid) in (None, me)}
 
 
-def _worker_of(proc: Path) -> str | None:
-    """The pytest-xdist worker named in a process's environment (as it was at exec)."""
-    prefix = f"{WORKER_ENV}=".encode()
+def _of_session(pid: int, session_pid: int, session: str, parent: dict[int, int],
+                marked: dict[int, str | None]) -> bool:
+    """Whether `pid` is the session's: the session's mark in its environment or its nearest
+    marked ancestor's, or the session among its ancestors."""
+    seen = set()
+    while pid in parent and pid not in seen:
+        if pid == session_pid:
+            return True
+        if marked.get(pid) is not None:
+            return marked[pid] == session
+        seen.add(pid)
+        pid = parent[pid]
+    return False
+
+
+def _marks(proc: Path) -> dict[str, str]:
+    """The pytest-xdist worker and the test session named in a process's environment (as it
+    was at exec)."""
     try:
         env = (proc / "environ").read_bytes().split(b"\0")
     except OSError:
-        return None
-    return next((v[len(prefix):].decode() for v in env if v.startswith(prefix)), None)
+        return {}
+    out = {}
+    for item in env:
+        key, _, value = item.partition(b"=")
+        if key in (WORKER_ENV.encode(), SESSION_ENV.encode()):
+            out[key.decode()] = value.decode()
+    return out
 
 
 def children(pid: int) -> list[int]:

@@ -154,7 +154,7 @@ def test_one_place_builds_the_fleet_the_job_and_the_rl_loop_share():
 
 
 def test_rollout_types_the_cluster_by_a_protocol_never_any():
-    loop = (ROOT / "rollout" / "loop.py").read_text()
+    loop = (ROOT / "rollout" / "rl" / "loop.py").read_text()
     assert "self.cluster: ServingCluster" in loop and "cluster: Any" not in loop
     assert not [p for p in sources("rollout") if "cluster: Any" in p.read_text()]
 
