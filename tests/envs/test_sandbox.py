@@ -323,11 +323,13 @@ def test_a_sandbox_starts_apart_from_the_other_sessions_mounts(ws):
 
 
 def test_what_a_command_leaves_running_ends_with_it(ws):
-    """Even a daemon of its own session (setsid) is gone once its command returns."""
-    res = sh(ws, "setsid -f sleep 1000; sleep 1000 & echo started")
+    """Even a daemon of its own session (setsid) is gone once its command returns. (The
+    sleeps are told apart by a duration no other process on the host sleeps: counting every
+    `sleep` of the uid took another program's for the sandbox's.)"""
+    mine = f"sleep 1000.{os.getpid()}"
+    res = sh(ws, f"setsid -f {mine}; {mine} & echo started")
     assert res.output == "started\n" and res.exit_code == 0
-    uid = ws.lease.uid if ws.lease.uid is not None else os.getuid()
-    left = subprocess.run(["pgrep", "-u", str(uid), "-x", "sleep"], capture_output=True)
+    left = subprocess.run(["pgrep", "-f", "-x", mine], capture_output=True)
     assert left.stdout == b""
 
 
