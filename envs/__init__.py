@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from envs.environment import EnvConfig, Environment, Episode, SandboxError
+from envs.environment import (
+    EnvConfig,
+    Environment,
+    Episode,
+    SandboxEnvironment,
+    SandboxEpisode,
+    SandboxError,
+)
 from envs.scoring import Score
 from envs.task import EnvError, Task, TaskRepo
 from envs.tools import ToolResult
 
-if TYPE_CHECKING:
-    from envs.vf.environment import VerifiersEnvironment
 
-
-def load(cfg: EnvConfig) -> Environment | VerifiersEnvironment:
+def load(cfg: EnvConfig) -> Environment:
     """The configured environment; a verifiers Taskset when `cfg.suite == "verifiers"`."""
     if cfg.suite == "verifiers":
         from envs.vf.environment import load_verifiers_env  # imports verifiers only when used
 
         return load_verifiers_env(cfg, cfg.taskset)
-    return Environment(cfg)
+    return SandboxEnvironment(cfg)
 
 
-__all__ = ["EnvConfig", "EnvError", "Environment", "Episode", "SandboxError", "Score", "Task",
-           "TaskRepo", "ToolResult", "load"]
+__all__ = ["EnvConfig", "EnvError", "Environment", "Episode", "SandboxEnvironment",
+           "SandboxEpisode", "SandboxError", "Score", "Task", "TaskRepo", "ToolResult", "load"]

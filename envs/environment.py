@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from envs.lease import scratch_root, sweep
 from envs.sandbox import SandboxFailure, SandboxPolicy
@@ -53,10 +54,36 @@ class EnvConfig:
     reward_tool: str = "run_tests"
 
 
-class Episode:
+class Episode(Protocol):
+    """One session's view of a task: run its tool calls, score it, let it go. The project's
+    sandboxed episodes and verifiers' (envs/vf/episode.py) are both."""
+
+    def call(self, name: str, arguments: str | dict) -> ToolResult: ...
+
+    def score(self) -> Score: ...
+
+    def close(self) -> None: ...
+
+
+class Environment(Protocol):
+    """What a session needs of an environment: its tasks, the tools an agent gets, the first
+    messages, and an episode per task. `SandboxEnvironment` (below) and verifiers'
+    (envs/vf/environment.py) are both; `envs.load` returns the configured one."""
+
+    tasks: dict[str, Any]
+    tools: list[dict]
+
+    def labels(self, task_id: str) -> tuple[str, str]: ...
+
+    def prompt(self, task: Any) -> list[dict]: ...
+
+    def episode(self, task_id: str) -> Episode: ...
+
+
+class SandboxEpisode:
     """One session's view of a task: its own sandboxed workspace, scored afresh at the end."""
 
-    def __init__(self, env: Environment, task: Task) -> None:
+    def __init__(self, env: SandboxEnvironment, task: Task) -> None:
         self.env, self.task = env, task
         try:
             policy = replace(env.policy, mask=(*env.policy.mask, *task.repo.masked_paths()))
@@ -90,14 +117,16 @@ class Episode:
     def close(self) -> None:
         self.workspace.close()
 
-    def __enter__(self) -> Episode:
+    def __enter__(self) -> SandboxEpisode:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-class Environment:
+class SandboxEnvironment:
+    """The project's tasks, each episode in a sandboxed workspace of its own."""
+
     def __init__(self, cfg: EnvConfig) -> None:
         self.cfg = cfg
         self.scratch = scratch_root(cfg.scratch_dir)
@@ -135,8 +164,8 @@ class Environment:
         return [{"role": "system", "content": self.cfg.system_prompt},
                 {"role": "user", "content": task.statement}]
 
-    def episode(self, task_id: str) -> Episode:
-        return Episode(self, self.tasks[task_id])
+    def episode(self, task_id: str) -> SandboxEpisode:
+        return SandboxEpisode(self, self.tasks[task_id])
 
     def score_diff(self, task_id: str, diff: str) -> Score:
         """Score recorded changes (a record's `final_diff`) as a session's end is scored: a

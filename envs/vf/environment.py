@@ -1,7 +1,8 @@
 """Any verifiers v1 Taskset as an environment of the rollout job.
 
-Same interface as `envs.Environment`: `tasks` (id -> verifiers Task), `prompt(task)`, `tools`
-(OpenAI schemas of the taskset's MCP tools) and `episode(task_id)`, whose `call` / `score` /
+The `envs.Environment` Protocol, as the project's `SandboxEnvironment` has it: `tasks` (id ->
+verifiers Task), `prompt(task)`, `tools` (OpenAI schemas of the taskset's MCP tools) and
+`episode(task_id)`, whose `call` / `score` /
 `close` drive one verifiers rollout (see `envs.vf.episode`). Tools run where the taskset's
 toolsets place them: with the local subprocess runtime used here, on this host, without our
 sandbox (our own taskset runs them in our sandbox).
@@ -116,7 +117,7 @@ def _tasks_by_id(cfg: EnvConfig, taskset: vf.Taskset) -> dict[str, vf.Task]:
 
 
 def _select(cfg: EnvConfig, tasks: dict[str, vf.Task]) -> dict[str, vf.Task]:
-    """`task_ids` and `max_tasks` as `envs.Environment` applies them (ids in sorted order)."""
+    """`task_ids` and `max_tasks` as `envs.SandboxEnvironment` applies them (ids sorted)."""
     ids = sorted(tasks)
     if cfg.task_ids is not None:
         unknown = sorted(set(cfg.task_ids) - set(ids))

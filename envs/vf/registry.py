@@ -1,4 +1,4 @@
-"""One `Environment` per process and config, shared by the taskset, tool servers and rewards.
+"""One `SandboxEnvironment` per process and config, shared by the taskset, tool servers and rewards.
 
 Tool servers and rewards only receive configs (verifiers ships them as JSON), so they look the
 environment up here instead of loading the suite again for every rollout.
@@ -10,13 +10,13 @@ import json
 from dataclasses import asdict
 from functools import lru_cache
 
-from envs.environment import EnvConfig, Environment
+from envs.environment import EnvConfig, SandboxEnvironment
 
 
-def environment_for(cfg: EnvConfig) -> Environment:
+def environment_for(cfg: EnvConfig) -> SandboxEnvironment:
     return _load(json.dumps(asdict(cfg), sort_keys=True))
 
 
 @lru_cache(maxsize=8)
-def _load(key: str) -> Environment:
-    return Environment(EnvConfig(**json.loads(key)))
+def _load(key: str) -> SandboxEnvironment:
+    return SandboxEnvironment(EnvConfig(**json.loads(key)))

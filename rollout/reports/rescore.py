@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs import Environment
+from envs import SandboxEnvironment
 from rollout.rl.behaviour import Fidelity, SessionLogprobs, fidelity
 
 
@@ -38,7 +38,8 @@ class RewardCheck:
         return not self.error and self.recorded == self.rescored
 
 
-def check_rewards(records: list[dict[str, Any]], env: Environment) -> list[RewardCheck]:
+def check_rewards(records: list[dict[str, Any]], env: SandboxEnvironment
+                  ) -> list[RewardCheck]:
     checks = []
     for r in records:
         if r["reward"] is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envs import EnvConfig, Environment, lease
+from envs import EnvConfig, SandboxEnvironment, lease
 from envs.lease import MOUNTS, UID_LOCKS
 from envs.workspace import Workspace
 from rollfleet.owner import start_time
@@ -66,7 +66,7 @@ def test_start_up_removes_what_dead_owners_left_and_only_that(tmp_path):
     for folder in (reused, *kept[:2]):
         folder.mkdir()
     try:
-        Environment(EnvConfig(scratch_dir=str(scratch)))  # start-up
+        SandboxEnvironment(EnvConfig(scratch_dir=str(scratch)))  # start-up
         assert not any(h.exists() or _mounted(_repo(h)) or _repo(h).exists() for h in homes)
         assert not reused.exists() and not any(g.exists() for g in groups)
         if groups:  # the escaped process went with its cgroup
@@ -119,7 +119,7 @@ def test_session_folders_go_to_a_memory_filesystem_with_room_else_the_temp_folde
     """Unset, env.scratch_dir is /dev/shm where it is a tmpfs with 1 GiB free (as here), and an
     episode's session folder lives there; without the room, the system temp folder; a folder
     set is kept as set."""
-    env = Environment(EnvConfig(max_tasks=1))
+    env = SandboxEnvironment(EnvConfig(max_tasks=1))
     assert env.scratch == Path("/dev/shm") and lease._fs_type(Path("/dev/shm")) == "tmpfs"
     episode = env.episode(sorted(env.tasks)[0])
     try:
