@@ -25,6 +25,9 @@ from serving import PAUSE_MODES, ModelConfig, ServingConfig
 
 T = TypeVar("T")
 STALE_GROUPS = ("drop", "resample")
+# what turns in flight do in a weight update (rollout/rl/policy_update.py): the engines' pause
+# modes, and `continue` (cut by the pause, the turn goes on under the new weights)
+UPDATE_MODES = (*PAUSE_MODES, "continue")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class RolloutConfig:
     # RL (rollout/rl/policy_fence.py): how turns in flight meet a weight update, and how many
     # policy versions a session may outlive (null: any); a stale one is ended, or kept and
     # marked (left out of the trainer's view)
-    update_mode: str = field(default="wait", metadata={"choices": PAUSE_MODES})
+    update_mode: str = field(default="wait", metadata={"choices": UPDATE_MODES})
     max_policy_lag: int | None = None
     stale_sessions: str = field(default="end", metadata={"choices": ("end", "keep")})
     # how old a group may be when the trainer takes it (the served version minus its oldest
@@ -66,7 +69,8 @@ class RolloutConfig:
 
     def limits(self) -> SessionLimits:
         return SessionLimits(self.max_turns, self.max_tokens_per_turn, self.max_total_tokens,
-                             self.max_policy_lag, self.stale_sessions)
+                             self.max_policy_lag, self.stale_sessions,
+                             continue_turns=self.update_mode == "continue")
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_p, self.tool_choice,

@@ -66,18 +66,20 @@ class ModelClient:
 
     async def complete(self, prompt_ids: list[int], messages: list[dict], tools: list[dict],
                        max_tokens: int, seed: int, session_id: str,
-                       experts_from: int | None = None) -> ToolTurn:
+                       experts_from: int | None = None,
+                       resume: ToolTurn | None = None) -> ToolTurn:
         """One turn: token-in from `prompt_ids` (project), or message-in from `messages`;
         serving's TurnTooLong if no call can finish in `max_tokens` (none is started) or the
         prompt no longer fits the context window. `experts_from`: the first position whose
-        MoE routing the engine should return (where it returns any)."""
+        MoE routing the engine should return (where it returns any); `resume`: what the turn
+        sampled before an update cut it short, to go on from."""
         sampling = self.sampling_for(max_tokens, seed, experts_from)
         choice, parallel = self.sampling.tool_choice, self.sampling.parallel_tool_calls
         if not self.token_in:
             return await self.sampler.sample_stock(messages, tools, choice, parallel, sampling,
                                                    session_id)
         return await self.sampler.sample(prompt_ids, tools, choice, parallel, sampling,
-                                         session_id)
+                                         session_id, resume)
 
     def first_prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
         return self.renderer.prompt_ids(messages, tools) if self.token_in else []

@@ -54,8 +54,12 @@ TURN = {
     "prefill_engine_id": Value("string"),  # disaggregated serving: the engine that prefilled it
     "latency_s": Value("float32"),
     "tool_s": Value("float32"),
-    "policy_version": Value("int32"),  # the weights every token of the turn was sampled from
+    "policy_version": Value("int32"),  # the weights its first token was sampled from
     "policy_checkpoint": Value("string"),  # their digest (serving/checkpoints.py)
+    # the turn's tokens by the policy that sampled them, in order: one part, or more where an
+    # update cut the turn and it went on under the new weights (rollout.update_mode=continue)
+    "parts": List({"version": Value("int32"), "checkpoint": Value("string"),
+                   "tokens": Value("int32")}),
     "resampled": Value("int32"),  # times the turn was sampled again: an update cut it short
     # MoE routing (serving.routed_experts): uint8 [positions, MoE layers, top-k], raw bytes,
     # for the positions of the session's sequence from `routed_experts_start` on
@@ -184,6 +188,15 @@ class ToolCallRecord:
     output: str
 
 
+@dataclass(frozen=True)
+class TurnPart:
+    """Tokens of a turn that one policy sampled: its version, its weights' digest, how many."""
+
+    version: int
+    checkpoint: str
+    tokens: int
+
+
 @dataclass
 class TurnRecord:
     index: int
@@ -211,10 +224,21 @@ class TurnRecord:
     tool_s: float
     policy_version: int = 0
     policy_checkpoint: str = ""
+    parts: list[TurnPart] = field(default_factory=list)
     resampled: int = 0
     routed_experts: bytes | None = None
     routed_experts_shape: list[int] = field(default_factory=list)
     routed_experts_start: int = 0
+
+    @property
+    def token_parts(self) -> list[TurnPart]:
+        """Its parts; a turn recorded without any is one part of its version."""
+        return self.parts or [TurnPart(self.policy_version, self.policy_checkpoint,
+                                       self.completion_tokens)]
+
+    @property
+    def token_versions(self) -> list[int]:
+        return [p.version for p in self.token_parts for _ in range(p.tokens)]
 
     @property
     def prompt_tokens(self) -> int:
@@ -229,6 +253,7 @@ class TurnRecord:
         most of a record's CPU."""
         return {f.name: getattr(self, f.name) for f in fields(self)} | {
             "tool_calls": [dict(vars(c)) for c in self.tool_calls],
+            "parts": [dict(vars(p)) for p in self.token_parts],
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
 
 
@@ -317,7 +342,7 @@ def build_record(job: Job, provenance: Provenance, outcome: Outcome,
         "cached_tokens": sum(t.cached_tokens for t in turns),
         "prefix_consistent": consistent, "prefix_breaks": [asdict(b) for b in trace.breaks],
         "policy_version": turns[0].policy_version if turns else 0,
-        "policy_versions": sorted({t.policy_version for t in turns}),
+        "policy_versions": sorted({v for t in turns for v in t.token_versions}),
         "stale": trace.stale,
         "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
         "token_versions": versions,
@@ -356,7 +381,7 @@ def join_turns(turns: list[TurnRecord]
         tokens += new + turn.completion_token_ids
         mask += [0] * len(new) + [1] * n
         logprobs += [0.0] * len(new) + list(turn.completion_logprobs)
-        versions += [-1] * len(new) + [turn.policy_version] * n
+        versions += [-1] * len(new) + turn.token_versions
     return tokens, mask, logprobs, versions
 
 

@@ -26,6 +26,7 @@ from rollout.record import (
     SessionTrace,
     Timings,
     ToolCallRecord,
+    TurnPart,
     TurnRecord,
     build_record,
     experts_fields,
@@ -49,6 +50,9 @@ class SessionLimits:
     max_total_tokens: int  # completion tokens over the whole session
     max_policy_lag: int | None = None  # policy versions a session may outlive its first turn's
     stale_sessions: str = "end"  # end: stop it (status stale) | keep: finish it, marked stale
+    # a turn an update cut short goes on from where it stopped (rollout.update_mode=continue)
+    # instead of being sampled again
+    continue_turns: bool = False
 
 
 class SessionEnd(Exception):
@@ -148,7 +152,7 @@ class Session:
             raise short()
         seed = request_seed(self.seed, self.job, n)
         try:
-            done, version, checkpoint, resampled = await self._sample(n, budget, seed)
+            done, parts, resampled = await self._sample(n, budget, seed)
         except TurnTooLong as exc:  # no call fits the room left: none is started
             raise (ContextLimit() if exc.context_full else short()) from None
         except ServingError as exc:
@@ -159,7 +163,7 @@ class Session:
         calls, new, submitted, tool_s = await self._run_tools(episode, done)
         self.timings.tool_s += tool_s
         turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode,
-                                  version, checkpoint, resampled))
+                                  parts, resampled))
         self.prompt_ids = self.client.next_prompt(self.prompt_ids, done, history, new,
                                                   self.env.tools)
         self.trace.messages = history + new
@@ -167,23 +171,36 @@ class Session:
             raise Submitted()
 
     async def _sample(self, n: int, budget: int, seed: int
-                      ) -> tuple[ToolTurn, int, str, int]:
-        """One turn sampled whole from one policy version: (turn, its version, its checkpoint's
-        digest, how many times an update cut it short and it was sampled again)."""
+                      ) -> tuple[ToolTurn, list[TurnPart], int]:
+        """One turn, each of its tokens tagged with the policy that sampled it: (turn, its parts
+        (version, checkpoint digest, tokens), how many times an update cut it short and it was
+        sampled again). An update cuts a turn by aborting its request (the engines' pause):
+        with `continue_turns` the turn goes on from its tokens so far under the new weights,
+        else it is sampled again whole. A turn whose request ran across a pause without being
+        cut (it reached the engine once it was paused) is sampled again in either case: where
+        its tokens changed policy cannot be told."""
         key = f"{self.session_id}:{n}"
-        resampled = 0
+        resampled, parts, so_far = 0, [], None
         while True:
             version, checkpoint = await self.fence.begin(key)
             try:
                 self._check_lag(version)
                 done = await self.client.complete(self.prompt_ids, self.trace.messages,
                                                   self.env.tools, budget, seed, self.session_id,
-                                                  self._experts_from())
+                                                  self._experts_from(), so_far)
             finally:
                 whole = await self.fence.end(key)
+            new = len(done.generation.token_ids) - sum(p.tokens for p in parts)
+            if done.generation.finish_reason == "abort" and self.limits.continue_turns:
+                if new:  # cut by an update: what was sampled stays, tagged with its policy
+                    parts.append(TurnPart(version, checkpoint, new))
+                    so_far = done
+                continue
             if whole and done.generation.finish_reason != "abort":
-                return done, version, checkpoint, resampled
-            resampled += 1
+                if new or not parts:
+                    parts.append(TurnPart(version, checkpoint, new))
+                return done, parts, resampled
+            resampled, parts, so_far = resampled + 1, [], None
 
     def _experts_from(self) -> int:
         """Where this turn's MoE routing starts: the last turn's last sampled token (no turn
@@ -253,8 +270,7 @@ class Session:
 
 
 def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: float,
-                 logprobs_mode: str, version: int, checkpoint: str,
-                 resampled: int) -> TurnRecord:
+                 logprobs_mode: str, parts: list[TurnPart], resampled: int) -> TurnRecord:
     gen, s = done.generation, done.sampling
     return TurnRecord(
         index=n, prompt_token_ids=gen.prompt_token_ids, completion_token_ids=gen.token_ids,
@@ -265,6 +281,6 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         logit_bias=json.dumps(done.logit_bias, sort_keys=True), issues=done.issues,
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
-        latency_s=gen.latency_s, tool_s=tool_s, policy_version=version,
-        policy_checkpoint=checkpoint, resampled=resampled,
+        latency_s=gen.latency_s, tool_s=tool_s, policy_version=parts[0].version,
+        policy_checkpoint=parts[0].checkpoint, parts=parts, resampled=resampled,
         **experts_fields(gen.routed_experts, gen.routed_experts_start))

@@ -30,6 +30,7 @@ import msgspec
 import numpy as np
 
 from serving.endpoint import Endpoint
+from serving.engine.plugin import GRAMMAR_PREFIX_ARG
 from serving.errors import ServerUnavailable
 from serving.toolcall import ToolCallGrammar, TurnTooLong
 
@@ -139,9 +140,14 @@ class FrontDoor:
         return http
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling,
-                       grammar: ToolCallGrammar | None, session_id: str) -> Generation:
+                       grammar: ToolCallGrammar | None, session_id: str,
+                       resume: list[int] | None = None) -> Generation:
+        """`resume`: the tokens of this turn sampled so far, which end `prompt_ids`; the
+        grammar starts after them (serving/engine/plugin.py, part 7)."""
         body = {"model": self.endpoint.model, "prompt": prompt_ids, **_sampling(sampling),
                 "logprobs": 0, **self._grammar_fields(grammar), **self._token_fields()}
+        if resume and grammar is not None:
+            body.update(self._resume_fields(resume))
         if self.endpoint.routed_experts and sampling.routed_experts_from is not None:
             body["routed_experts_prompt_start"] = sampling.routed_experts_from
         # the prompt is exactly these ids: nothing (BOS, ...) is added in front
@@ -201,6 +207,10 @@ class FrontDoor:
     def logit_bias(self, grammar: ToolCallGrammar | None) -> dict[int, float]:
         """The logit bias this server applies beside `grammar` (what a replay must apply)."""
         return {}
+
+    def _resume_fields(self, resume: list[int]) -> dict[str, Any]:
+        """How this server is told that the grammar starts after `resume`."""
+        return {"vllm_xargs": {GRAMMAR_PREFIX_ARG: list(resume)}}
 
     def _token_fields(self) -> dict[str, Any]:
         raise NotImplementedError

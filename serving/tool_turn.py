@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from serving.chat import ChatRenderer, chat_renderer
@@ -63,6 +63,20 @@ class ToolTurn:
         return msg
 
 
+def joined(first: Generation, then: Generation) -> Generation:
+    """A turn sampled in two requests as one generation: the first one's prompt, both parts'
+    tokens and logprobs in order; the engines, cache hits, finish reason and MoE routing (which
+    covers the whole turn again) of the last. If the server ran the second request on another
+    prompt than the first's and its tokens, that prompt stands (the session sees the break)."""
+    extends = then.prompt_token_ids == [*first.prompt_token_ids, *first.token_ids]
+    return replace(then, prompt_token_ids=first.prompt_token_ids if extends
+                   else then.prompt_token_ids,
+                   token_ids=[*first.token_ids, *then.token_ids],
+                   logprobs=[*first.logprobs, *then.logprobs],
+                   latency_s=first.latency_s + then.latency_s,
+                   cached_tokens=then.cached_tokens)
+
+
 @functools.lru_cache(maxsize=256)
 def _grammar(tools_json: str, choice_json: str, parallel: bool, thinking: bool,
              max_tokens: int, ids_json: str) -> ToolCallGrammar | None:
@@ -95,12 +109,23 @@ class ToolCallSampler:
                         json.dumps(self.endpoint.markup_token_ids, sort_keys=True))
 
     async def sample(self, prompt_ids: list[int], tools: list[dict], choice: str | dict,
-                     parallel: bool, sampling: Sampling, session_id: str) -> ToolTurn:
+                     parallel: bool, sampling: Sampling, session_id: str,
+                     resume: ToolTurn | None = None) -> ToolTurn:
         """A token-in turn under the project's grammar; calls read from the sampled tokens.
-        `choice`: auto, required, none, a tool's name, or OpenAI's named-tool object."""
+        `choice`: auto, required, none, a tool's name, or OpenAI's named-tool object.
+        `resume`: the turn as sampled before something cut it short (an update,
+        `rollout.update_mode=continue`): it goes on from there, its tokens so far prefilled
+        again and its grammar started after them, within the turn's budget; the turn returned
+        holds every token, the earlier ones first."""
         choice = tool_choice(choice)
         grammar = self.grammar(tools, choice, parallel, sampling.max_tokens) if tools else None
-        gen = await self.door.generate(prompt_ids, sampling, grammar, session_id)
+        if resume is None:
+            gen = await self.door.generate(prompt_ids, sampling, grammar, session_id)
+        else:
+            so_far = list(resume.generation.token_ids)
+            rest = replace(sampling, max_tokens=sampling.max_tokens - len(so_far))
+            gen = joined(resume.generation, await self.door.generate(
+                prompt_ids + so_far, rest, grammar, session_id, resume=so_far))
         parsed = parse_glm(self.renderer.token_bytes(gen.token_ids), tools,
                            self.endpoint.enable_thinking)
         calls = [SampledCall(c.name, json.dumps(c.arguments, ensure_ascii=False), c.issues)

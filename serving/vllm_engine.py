@@ -14,6 +14,7 @@ from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
 from serving.engine.plugin import (
     BEHAVIOUR_LOGPROBS_ENV,
     FORK_ENGINE_CORE_ENV,
+    GRAMMAR_RESUME_ENV,
     SAFE_GRAMMARS_ENV,
     UNMASKED_LOGPROBS_ENV,
     WEIGHT_UPDATES_ENV,
@@ -65,6 +66,7 @@ def engine_env(c: ServingConfig, cache: Path, scratch: Path) -> dict[str, str]:
         "VLLM_HOST_IP": c.host,
         "PYTHONUNBUFFERED": "1",
         SAFE_GRAMMARS_ENV: "1",  # see serving/engine/plugin.py
+        GRAMMAR_RESUME_ENV: "1",
         # vLLM's routes for pausing, cache resets and new weights (serving/policy.py); the
         # server binds loopback unless configured otherwise
         DEV_MODE_ENV: "1",

@@ -87,9 +87,12 @@ def _unscorable(record: dict[str, Any], checkpoints: dict[int, tuple[str, str]])
     if not record["prefix_consistent"] or not record["turns"]:
         return "no whole history"
     for turn in record["turns"]:
-        version, digest = int(turn["policy_version"]), turn.get("policy_checkpoint") or ""
-        if version not in checkpoints:
-            return f"version {version} not kept"
-        if digest and digest != checkpoints[version][1]:
-            return f"version {version}: the kept checkpoint is not the one recorded"
+        parts = turn.get("parts") or [{"version": turn["policy_version"],
+                                       "checkpoint": turn.get("policy_checkpoint") or ""}]
+        for part in parts:
+            version, digest = int(part["version"]), part.get("checkpoint") or ""
+            if version not in checkpoints:
+                return f"version {version} not kept"
+            if digest and digest != checkpoints[version][1]:
+                return f"version {version}: the kept checkpoint is not the one recorded"
     return ""

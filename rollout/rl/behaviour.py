@@ -143,21 +143,33 @@ def recompute(record: dict[str, Any], model_for: Callable[[int], Any],
     logits_of: dict[int, Any] = {}
     out = []
     for turn, masked_turn in zip(record["turns"], masks, strict=True):
-        version = int(turn["policy_version"])
-        if version not in logits_of:
-            with torch.no_grad():
-                logits_of[version] = session_logits(model_for(version), record, routing)
-        logits = logits_of[version]
-        rows = logits[masked_turn.start - 1:masked_turn.start - 1 + len(masked_turn.token_ids)]
+        versions = torch.tensor(token_versions(turn))
+        masked = torch.zeros(len(versions))
+        unmasked = torch.zeros(len(versions))
         sampled = torch.tensor(masked_turn.token_ids)
+        for version in sorted(set(versions.tolist())):  # each token by its own policy
+            if version not in logits_of:
+                with torch.no_grad():
+                    logits_of[version] = session_logits(model_for(version), record, routing)
+            logits = logits_of[version]
+            rows = logits[masked_turn.start - 1:masked_turn.start - 1 + len(sampled)]
+            here = versions == version
+            masked[here] = replay.logprobs(record, logits, [masked_turn])[here]
+            unmasked[here] = torch.log_softmax(rows, -1).gather(1, sampled[:, None])[:, 0][here]
         out.append(TurnRecompute(
-            index=int(turn["index"]) if "index" in turn else len(out), version=version,
-            mode=turn.get("logprobs_mode") or "behaviour",
-            recorded=torch.tensor(turn["completion_logprobs"]),
-            masked=replay.logprobs(record, logits, [masked_turn]),
-            unmasked=torch.log_softmax(rows, -1).gather(1, sampled[:, None])[:, 0],
-            forced=masked_turn.forced))
+            index=int(turn["index"]) if "index" in turn else len(out),
+            version=int(turn["policy_version"]), mode=turn.get("logprobs_mode") or "behaviour",
+            recorded=torch.tensor(turn["completion_logprobs"]), masked=masked,
+            unmasked=unmasked, forced=masked_turn.forced))
     return out
+
+
+def token_versions(turn: dict[str, Any]) -> list[int]:
+    """The policy version of each of a recorded turn's sampled tokens (its parts; a turn
+    recorded as one version has none)."""
+    parts = turn.get("parts") or [{"version": turn["policy_version"],
+                                   "tokens": len(turn["completion_token_ids"])}]
+    return [int(p["version"]) for p in parts for _ in range(p["tokens"])]
 
 
 @dataclass

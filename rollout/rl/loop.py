@@ -281,8 +281,11 @@ class Rollouts:
         Returns the seconds each step took (pause_s, weights_s, invalidate_s, resume_s,
         total_s)."""
         assert self.cluster is not None, "use Rollouts as a context manager"
-        return update_policy(self.cluster, self.board, source, version,
-                             mode or self.groups_cfg["rollout"].update_mode)
+        configured = self.groups_cfg["rollout"].update_mode
+        if mode == "continue" and configured != "continue":
+            raise ConfigError("mode=continue needs sessions that go on after a cut: start "
+                              "Rollouts with rollout.update_mode=continue")
+        return update_policy(self.cluster, self.board, source, version, mode or configured)
 
     @property
     def policy_version(self) -> int:

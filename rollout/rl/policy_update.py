@@ -34,14 +34,16 @@ def update_policy(cluster: ServingCluster, board: Any, source: Path | dict[str, 
     `abort` and `keep`: the engines pause at once (aborting what they hold, or freezing it);
     every turn in flight then saw the pause and is sampled again after the update, whether its
     request was aborted, frozen, or still on its way and queued by the paused engine: the pause
-    alone settles them, nothing waits for them."""
+    alone settles them, nothing waits for them. `continue`: the engines pause as in `abort`, and
+    a turn the pause cut goes on from its tokens so far under the new weights (its tokens
+    tagged with the policy that sampled each; rollout/session.py)."""
     current = cluster.served
     ray.get(board.start_update.remote())
     try:
         if mode == "wait":  # the turns in flight finish on the old weights first
             _until_settled(board)
         ray.get(board.paused.remote())
-        times = cluster.update_weights(source, version, mode)
+        times = cluster.update_weights(source, version, "abort" if mode == "continue" else mode)
     finally:
         served = cluster.served
         if not cluster.broken:  # a broken fleet: no turn may begin again

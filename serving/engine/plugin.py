@@ -1,4 +1,5 @@
-"""vLLM general plugin (entry point `vllm.general_plugins`): six fixes the project's engines need.
+"""vLLM general plugin (entry point `vllm.general_plugins`): the fixes and the one extension the
+project's engines need.
 
 vLLM loads it in every engine process; each part acts only where the serving layer asked for it
 through an environment variable, so a plain vLLM run elsewhere is untouched.
@@ -28,6 +29,14 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
    policy's logprob, a forced token's exactly 0.0, with no second pass. A greedy request,
    though, gets the log-softmax of its masked logits, while it was drawn from a point mass:
    its rows become that point mass (0.0 for the sampled token).
+
+7. Grammars that resume mid-turn (ROLLFLEET_GRAMMAR_RESUME). A turn that a weight update cut
+   short goes on under the new weights from where it stopped (`rollout.update_mode=continue`):
+   its tokens so far end its next prompt, and the request names how many of them its grammar
+   has already consumed (`vllm_xargs: {"rollfleet_grammar_prefix": [...]}`, the tokens
+   themselves). When vLLM compiles that request's grammar, the matcher (and part 3's UTF-8
+   guard) accepts them first, so the first token sampled is masked as it would have been had
+   the turn never stopped; a prefix the grammar refuses fails the request.
 
 3. Grammars that hold (ROLLFLEET_SAFE_GRAMMARS), two parts:
    - UTF-8: xgrammar 0.2.7 lets overlong byte forms through a grammar of characters, so every
@@ -67,6 +76,8 @@ from typing import Any
 NIXL_PROGRESS_DELAY_ENV = "ROLLFLEET_NIXL_PROGRESS_DELAY_US"
 UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
 BEHAVIOUR_LOGPROBS_ENV = "ROLLFLEET_BEHAVIOUR_LOGPROBS"
+GRAMMAR_RESUME_ENV = "ROLLFLEET_GRAMMAR_RESUME"
+GRAMMAR_PREFIX_ARG = "rollfleet_grammar_prefix"  # a request's extra arg: tokens already sampled
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
 WEIGHT_UPDATES_ENV = "ROLLFLEET_WEIGHT_UPDATES"
 FORK_ENGINE_CORE_ENV = "ROLLFLEET_FORK_ENGINE_CORE"
@@ -140,6 +151,26 @@ def greedy_point_mass() -> None:
 
     sample_then_point_mass.point_mass = True
     sampler.sample = sample_then_point_mass
+
+
+def resume_grammars() -> None:
+    """A request's grammar starts after the tokens it names as already sampled (part 7)."""
+    manager = importlib.import_module("vllm.v1.structured_output").StructuredOutputManager
+    create = manager._create_grammar
+    if getattr(create, "resumes", False):
+        return
+
+    def create_then_resume(self: Any, request: Any) -> Any:
+        grammar = create(self, request)
+        extra = getattr(request.sampling_params, "extra_args", None) or {}
+        prefix = [int(t) for t in extra.get(GRAMMAR_PREFIX_ARG) or []]
+        if prefix and not grammar.accept_tokens(request.request_id, prefix):
+            raise ValueError(f"request {request.request_id}: the grammar refuses the "
+                             f"{len(prefix)} tokens it was to resume after")
+        return grammar
+
+    create_then_resume.resumes = True
+    manager._create_grammar = create_then_resume
 
 
 class WholeGrammarCache:
@@ -280,6 +311,8 @@ def register() -> None:
         keep_unmasked_logprobs()
     if os.environ.get(BEHAVIOUR_LOGPROBS_ENV) == "1":
         greedy_point_mass()
+    if os.environ.get(GRAMMAR_RESUME_ENV) == "1":
+        resume_grammars()
     if os.environ.get(SAFE_GRAMMARS_ENV) == "1":
         hold_grammars()
     if os.environ.get(WEIGHT_UPDATES_ENV) == "1":

@@ -53,14 +53,16 @@ class ScriptedDoor:
         self.completions = list(completions)
         self.tamper = tamper  # prompt -> the prompt the "server" says it ran
         self.prompts, self.released, self.samplings, self.grammars = [], [], [], []
+        self.resumed = []
 
     def logit_bias(self, grammar):  # a vLLM server's: the grammar's bias applied
         return {7: -1.5} if grammar else {}
 
-    async def generate(self, prompt_ids, sampling, grammar, session_id):
+    async def generate(self, prompt_ids, sampling, grammar, session_id, resume=None):
         self.prompts.append(list(prompt_ids))
         self.samplings.append(sampling)
         self.grammars.append(grammar)
+        self.resumed.append(resume)
         item = self.completions.pop(0)
         if isinstance(item, Exception):
             raise item
@@ -249,3 +251,30 @@ def test_request_seeds_replay_across_processes_and_differ_per_turn_and_sample():
     assert int(other.stdout) == request_seed(0, a, 0)
     assert len({request_seed(0, a, 0), request_seed(0, b, 0), request_seed(0, a, 1),
                 request_seed(1, a, 0)}) == 4
+
+
+def test_a_turn_an_update_cut_goes_on_from_its_tokens_when_asked_and_says_who_sampled_each():
+    """rollout.update_mode=continue: the engines' pause aborts the turn's request after 3
+    tokens; the turn goes on under version 1 from those tokens (they end the next prompt, the
+    grammar resumes after them, the budget shrinks by them), and the record tags each token."""
+    cut = RENDERER.encode(call("run_tests"))
+    limits = SessionLimits(4, 6144, 16384, continue_turns=True)
+    rec, door = run([(cut[:3], "abort"), cut[3:], call("submit")], limits=limits,
+                    fence=Versions([0, 1, 1], [False, True, True]))
+    first = rec["turns"][0]
+    assert first["completion_token_ids"] == cut and len(first["completion_logprobs"]) == len(cut)
+    assert door.prompts[1] == door.prompts[0] + cut[:3] and door.resumed[1] == cut[:3]
+    assert door.samplings[1].max_tokens == door.samplings[0].max_tokens - 3
+    assert door.grammars[1] is door.grammars[0]  # the same grammar, resumed mid-call
+    assert [(p["version"], p["checkpoint"], p["tokens"]) for p in first["parts"]] == [
+        (0, "digest-0", 3), (1, "digest-1", len(cut) - 3)]
+    assert (first["policy_version"], first["resampled"]) == (0, 0)
+    assert first["tool_calls"][0]["name"] == "run_tests" and first["tool_calls"][0]["valid"]
+    sampled = [v for v, m in zip(rec["token_versions"], rec["loss_mask"], strict=True) if m]
+    assert sampled[:len(cut)] == [0] * 3 + [1] * (len(cut) - 3)
+    assert rec["policy_versions"] == [0, 1]
+    # without `continue` the same cut is sampled again whole, on the new version
+    rec, door = run([(cut[:3], "abort"), call("run_tests"), call("submit")],
+                    fence=Versions([0, 1, 1], [False, True, True]))
+    assert door.resumed[1] is None and door.prompts[1] == door.prompts[0]
+    assert [p["version"] for p in rec["turns"][0]["parts"]] == [1]
