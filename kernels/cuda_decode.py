@@ -81,15 +81,23 @@ VARIANTS = {
     "kernel",
     28: "27 writing its phases' clock stamps into a buffer passed as counters (kernels/"
     "probe_pieces.py; none without one)",
+    29: "H > 16: 5 with a leaner producer decode (no byte interleave, converts reading either "
+    "half of a register: each 8 dims stored in the order [0 2 4 6 1 3 5 7], Q stored in that "
+    "order, the output put back when stored); few heads: 27",
+    30: "H > 16: 29 with warp group 2 (which only waits for P most of a tile) decoding the latent "
+    "dims 256..511 of the tile after next, the producer the rest; few heads: 27",
+    31: "29 writing each role's wait clocks into a buffer passed as counters (kernels/"
+    "probe_pieces.py, H > 16; none without one)",
+    32: "30 with 31's clocks",
 }
 DEFAULT_VARIANT = 27
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 29)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 33)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
 # few heads: the decode call merges its splits itself (csrc's combine kernel; 27, 28 at 2 splits:
 # the cluster), up to this many
-CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys((26, 27, 28), 4)
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 33), 4)
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

@@ -1,6 +1,7 @@
-"""Where the few-heads CUDA decode's time goes (issue 29, rounds 10, 11): one call's pieces, timed.
+"""Where the CUDA decode's time goes (issue 29, rounds 10, 11; issue 51): one call's pieces, timed.
 
     python3 -m kernels.probe_pieces --variants 15,16 [--out DIR]     (on the H200)
+    python3 -m kernels.probe_pieces --heads 64 --batch 128 --variants 27,29,31  (the 64-head kernel)
 
 Each piece is captured in a CUDA graph and its replays timed as scripts/bench_kernels.py times a
 whole call (triton's do_bench, L2 flushed before every replay, median): the whole call, the
@@ -8,8 +9,9 @@ decode kernel alone, the combine kernel alone, a 4-byte fill (what one graph rep
 kernel costs under this timer), and the decode kernel alone with 1..16 tiles per CTA at the same
 128 CTAs (a line through those: the fixed cost per launch and the cost per tile). Then the
 profiler's kernel durations for the whole call (decode, combine, the gap between them), and for
-variant 28 the clock of each phase in every CTA (`stamped`). Prints one table; writes
-probe_pieces.json under --out.
+variant 28 the clock of each phase in every CTA (`stamped`), for variants 31, 32 (H > 16) each
+role's summed wait clocks (`stamped64`). Prints one table; writes
+probe_pieces.json (other shapes: probe_pieces_h{H}_b{B}.json) under --out.
 """
 
 import argparse
@@ -130,6 +132,53 @@ def stamped(ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10) -> 
     return {k: med([r[k] for r in rows]) for k in rows[0]}
 
 
+STAMP64_VARIANTS = (31, 32)  # csrc's Stamp64: per-role wait clocks of the 64-head kernel
+# slot -> name: sums over a CTA's tiles (one thread of each role), except the two clocks marked
+# `at` (from the CTA's start)
+WAITS64 = {
+    2: "producer_wait_empty",
+    3: "producer_decode_and_loads",
+    4: "g1_wait_full",
+    5: "g1_qk_issue_and_wait",
+    11: "g1_softmax",
+    12: "g1_pv_wait",
+    13: "g1_wait_pfree",
+    6: "g2_wait_p",
+    14: "g2_decode_and_loads",
+    15: "g2_wait_empty",
+    10: "g1_q_ready_at",
+    7: "g1_loop_done_at",
+}
+
+
+def stamped64(ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10) -> dict:
+    """Variants 31, 32 (H > 16): each role's summed wait and work clocks per CTA (us; median over
+    CTAs, then over runs; L2 flushed before each run), and the CTA's start-to-end time."""
+    dev = args[0].device
+    buf = torch.zeros(bsz * nsplit * 32, dtype=torch.int32, device=dev)
+    flush = torch.empty(256 << 20, dtype=torch.int8, device=dev)
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2]
+
+    rows = []
+    for _ in range(runs):
+        flush.zero_()
+        buf.zero_()
+        ext.decode(*args, v, buf)
+        torch.cuda.synchronize()
+        st = buf.view(torch.int64).view(-1, 16).cpu().double()
+        ghz = med(((st[:, 9] - st[:, 1]) / (st[:, 8] - st[:, 0])).tolist())
+        r = {"ghz": ghz, "cta_us": med(((st[:, 9] - st[:, 1]) / ghz / 1e3).tolist())}
+        for i, name in WAITS64.items():
+            x = st[:, i] - (st[:, 1] if name.endswith("_at") else 0)
+            r[name] = med((x / ghz / 1e3).tolist())
+        r["span"] = (st[:, 8].max() - st[:, 0].min()).item() / 1e3
+        rows.append(r)
+    return {k: med([r[k] for r in rows]) for k in rows[0]}
+
+
 def fit(sweep: dict) -> tuple[float, float]:
     """Least squares through (tiles, us): (us per tile, fixed us)."""
     xs, ys = list(sweep), list(sweep.values())
@@ -174,9 +223,11 @@ def probe_variant(q, cache, idx, v: int, sms: int) -> dict:
     r["kernel_by_tiles_us"] = sweep
     r["per_tile_us"], r["fixed_us"] = fit(sweep)
     r["kernel_all_padding_us"] = timed_us(partial(kernel, torch.full_like(idx, -1)))
+    args = (q, cache, idx, opart, lpart, out, lse, qk_scale, split_len, nsplit)
     if v in STAMP_VARIANTS and nsplit == 2:
-        args = (q, cache, idx, opart, lpart, out, lse, qk_scale, split_len, nsplit)
         r["stamps_us"] = stamped(ext, args, bsz, nsplit, v)
+    if v in STAMP64_VARIANTS and heads > 16:
+        r["waits_us"] = stamped64(ext, args, bsz, nsplit, v)
     try:
         r["profile"] = profiled(full)
     except Exception as e:  # the timings above stand without it
@@ -207,7 +258,8 @@ def main() -> None:
         r = res["variants"][v] = probe_variant(q, cache, idx, v, sms)
         print(f"v{v}", json.dumps(r), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "probe_pieces.json").write_text(json.dumps(res, indent=1))
+    name = "probe_pieces" + ("" if (heads, bsz) == (16, 64) else f"_h{heads}_b{bsz}")
+    (Path(args.out) / f"{name}.json").write_text(json.dumps(res, indent=1))
     print(f"\nH{heads} B{bsz} topk {topk}: a 4-byte fill replayed: {res['one_fill_us']:.1f} us")
     print("  v splits   full kernel combine   k+c  fixed  per-tile padding | profiler: us, gap")
     for v, r in res["variants"].items():
@@ -218,6 +270,9 @@ def main() -> None:
             f" {r['combine_us']:7.1f} {r['kernel_plus_combine_us']:5.1f} {r['fixed_us']:6.1f}"
             f" {r['per_tile_us']:9.2f} {r['kernel_all_padding_us']:7.1f} | {prs}"
         )
+        if "waits_us" in r:
+            print(f"    v{v} per CTA, us (sums over tiles; _at: from the CTA's start):", {
+                k: round(x, 2) for k, x in r["waits_us"].items()})  # fmt: skip
         if "stamps_us" in r:
             print(f"    v{v} phases, us from a CTA's start:", {
                 k: round(x, 2) for k, x in r["stamps_us"].items()})  # fmt: skip

@@ -8,6 +8,8 @@
 #        CUDA_VARIANTS="0 1 2 3" CUDA_ONLY=1 TESTS=0 SHAPES=16x64,64x128 bash ...
 #          (gate each CUDA kernel variant alone, then time the ones that passed, nothing else)
 #        PROBE="15 16" ...   (+ kernels/probe_pieces.py: the pieces of one H16 B64 call, per variant)
+#        PROBE_HB="64 128" PROBE="27 29 31" ...   (the probe at another H, B: the 64-head kernel;
+#          variants 31, 32 add each role's wait clocks)
 #        TESTS_K="cuda" TESTS_LAST=1 ...   (only the kernel tests that pytest -k selects; variants that failed
 #          their gate are always left out of the test run, so that a hung one costs its gate only)
 set -uo pipefail
@@ -57,7 +59,9 @@ if [ "${TESTS:-1}" = 1 ] && [ "${TESTS_LAST:-0}" = 1 ]; then run_tests; fi
 # passed its gate
 if [ -n "${PROBE:-}" ]; then
   pv=""; for v in $PROBE; do case ",$ok_variants," in *",$v,"*) pv="$pv,$v";; esac; done
-  timeout 240 python3 -m kernels.probe_pieces --variants "${pv#,}" --out "$OUT" > "$OUT/probe.log" 2>&1
+  set -- ${PROBE_HB:-16 64}
+  timeout 240 python3 -m kernels.probe_pieces --variants "${pv#,}" --heads "$1" --batch "$2" \
+    --out "$OUT" > "$OUT/probe.log" 2>&1
   echo "probe rc=$?"; sed -n '/^H[0-9]* B/,$p' "$OUT/probe.log"; grep -E "Error|error" "$OUT/probe.log" | tail -5
 fi
 set -- ${NCU:-}

@@ -388,6 +388,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Variant 10: two E4M3 bytes of a register's low / high half -> two fp16 (F2FP reads the high half
+// directly; `x >> 16` first cost a shift per call in v8's SASS).
+__device__ __forceinline__ uint32_t cvt_e4m3_lo(uint32_t x) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(d) : "r"(x));
+  return d;
+}
+__device__ __forceinline__ uint32_t cvt_e4m3_hi(uint32_t x) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(d) : "r"(x));
+  return d;
+}
+// 4 packed bytes (dims 2i / 2i+1 in the low / high nibble of byte i) -> the E4M3 bytes of their
+// values times 2**-6 (decode8's mapping), left in place: `lo` byte i = dim 2i, `hi` byte i = dim 2i+1.
+// No byte interleave: variant 10 gives the fragment slots whatever pairs the converts produce.
+__device__ __forceinline__ void e2m1_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  lo = ((x << 2) & 0x1C1C1C1Cu) | ((x << 4) & 0x80808080u);
+  hi = ((x >> 2) & 0x1C1C1C1Cu) | (x & 0x80808080u);
+}
+
 // 4 packed bytes (8 E2M1 values, dims 2i / 2i+1 in the low / high nibble of byte i) -> 8 fp16
 // in dim order, times `scale2` (the block scale times 2**6, in both halves). A nibble
 // `s e1 e0 m` becomes the E4M3 byte `s 0 0 e1 e0 m 0 0`, which is its value times 2**-6 exactly.
@@ -513,6 +533,141 @@ __device__ void producer(const DecodeParams& p, uint8_t* smem, int b, int t0, in
   }
 }
 
+// ---- Variants 29-31 (issue 51): the 64-head kernel with a leaner decode, and group 2 decoding ----
+// One 16-byte latent chunk (32 E2M1 values, dims 32 c .. 32 c + 31 of a row) -> fp16 into the
+// swizzled tile row r, 16-byte chunks 4 h .. 4 h + 3 of the 64-dim block at `block`. No byte
+// interleave (decode8's two PRMT) and no shift before the high half's convert: each group of 8
+// dims is stored in the order the converts produce, [0 2 4 6 1 3 5 7]; Q is stored in that order
+// too (load_q<true>, so S is unchanged) and the output dims are put back when stored
+// (store_out<true>). 13 instructions per 8 values instead of decode8's 17.
+__device__ __forceinline__ void decode_chunk_lean(const uint4& v, uint32_t sa, uint32_t sb,
+                                                  uint32_t block, int r, int h) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t lo, hi;
+    e2m1_e4m3(word(v, q), lo, hi);
+    const uint32_t s = q < 2 ? sa : sb;
+    st_smem(block + swz(r, 4 * h + q),
+            make_uint4(hmul2(cvt_e4m3_lo(lo), s), hmul2(cvt_e4m3_hi(lo), s),
+                       hmul2(cvt_e4m3_lo(hi), s), hmul2(cvt_e4m3_hi(hi), s)));
+  }
+}
+// The two block scales of latent chunk c = 2 i + h (scale bytes 2 c, 2 c + 1 = bytes 2 h, 2 h + 1
+// of word i & 3 of the 16 scale bytes that hold them) -> times 2**6, each in both halves.
+__device__ __forceinline__ void chunk_scales(const uint4& sc, int i, int h, uint32_t& sa,
+                                             uint32_t& sb) {
+  const uint32_t s2 = hmul2(e4m3x2_to_f16x2(word(sc, i & 3) >> (16 * h)), 0x54005400u);
+  sa = __byte_perm(s2, 0, 0x1010);
+  sb = __byte_perm(s2, 0, 0x3232);
+}
+// A row's 64 rope values (E4M3), chunk pc (16 values, dims 512 + 16 pc ..) -> fp16.
+__device__ __forceinline__ void decode_rope(const uint4& v, uint32_t block, int r, int pc) {
+  st_smem(block + swz(r, 2 * pc), make_uint4(cvt_e4m3_lo(v.x), cvt_e4m3_hi(v.x),
+                                             cvt_e4m3_lo(v.y), cvt_e4m3_hi(v.y)));
+  st_smem(block + swz(r, 2 * pc + 1), make_uint4(cvt_e4m3_lo(v.z), cvt_e4m3_hi(v.z),
+                                                 cvt_e4m3_lo(v.w), cvt_e4m3_hi(v.w)));
+}
+
+// Stamps of variant 31 (kernels/probe_pieces.py, H > 16): clock64 sums per CTA into p.counters
+// (int64 [B * nsplit][16]), written by one thread of each role at its end.
+enum Stamp64 {
+  kS64StartNs = 0, kS64StartClk = 1, kS64ProdWaitEmpty = 2, kS64ProdDecode = 3,
+  kS64G1WaitFull = 4, kS64G1WaitQk = 5, kS64G2WaitP = 6, kS64G1LoopDone = 7, kS64EndNs = 8,
+  kS64EndClk = 9, kS64G1QReady = 10, kS64G1Softmax = 11, kS64G1WaitPv = 12, kS64G1WaitPFree = 13,
+  kS64G2Decode = 14, kS64G2WaitEmpty = 15,
+};
+
+// Variants 29-31, warp group 0: variant 5's producer (rows a tile ahead in registers, loaded right
+// after each hand-over; the tile after next prefetched into L2) with decode_chunk_lean. kG2
+// (variant 30): this group decodes the latent dims 0..255 and the rope only; warp group 2
+// (consumer_pv<.., true>) decodes dims 256..511 of the same tile (each thread the same row and
+// half as here), so that the producer's work per tile drops by ~45%. Then each thread loads both
+// of its row's first 16 scale bytes (no shuffle) and holds 7 chunks instead of 11.
+template <bool kG2, bool kStamp>
+__device__ void producer_lean(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1,
+                              int ntiles) {
+  constexpr int kN = kG2 ? 7 : 11;  // latent chunks i < 4 (kG2) or 8, rope i = 8, 9, scales
+  const int tid = threadIdx.x, r = tid >> 1, h = tid & 1;
+  const uint32_t base = smem_u32(smem);
+  const int32_t* idx = p.idx + b * p.stride_ib;
+  auto slot_of = [&](int k) {
+    const int t = t0 + k * kTile + r;
+    return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+  };
+  auto row_of = [&](int slot) {
+    return reinterpret_cast<const uint4*>(p.cache + static_cast<int64_t>(slot) * kRowBytes);
+  };
+  // 16-byte chunk (of the row's 22) held in buf[n]
+  auto chunk = [&](int n) {
+    if (!kG2) return 2 * n + h;
+    return n < 4 ? 2 * n + h : n < 6 ? 2 * (n + 4) + h : 20;
+  };
+  long long wait_empty = 0, decode = 0;
+  uint4 buf[kN];
+  int slot = slot_of(0);
+  bool valid = slot >= 0;
+  const uint4* src = row_of(slot);
+#pragma unroll
+  for (int n = 0; n < kN; ++n) buf[n] = ld_nc_or_zero(src + chunk(n), valid);
+  slot = slot_of(1);
+  int slot2 = slot_of(2);
+  for (int k = 0; k < ntiles; ++k) {
+    const int st = k & 1, phase = (k >> 1) & 1;
+    const bool next_valid = slot >= 0;
+    const uint4* next = row_of(slot);
+    if (slot2 >= 0) {  // every 128-byte line of the 352-byte row holds one of these 4 bytes
+      const uint8_t* row = p.cache + static_cast<int64_t>(slot2) * kRowBytes;
+      prefetch_l2(row + (h ? 256 : 0));
+      prefetch_l2(row + (h ? kRowBytes - 1 : 128));
+    }
+    slot = slot2;
+    slot2 = slot_of(k + 3);
+    long long c0 = 0, c1 = 0;
+    if (kStamp) c0 = clock64();
+    mbar_wait(base + kOffBar + (2 + st) * 8, phase ^ 1);  // stage free
+    if (kStamp) c1 = clock64();
+    const uint32_t tile = base + kOffKV + st * kTileBytes;
+    uint4 sc_lo, sc_hi;
+    if (kG2) {
+      sc_lo = buf[6];
+      sc_hi = buf[6];  // unused
+    } else {
+      uint4 other;
+      other.x = __shfl_xor_sync(0xffffffffu, buf[10].x, 1);
+      other.y = __shfl_xor_sync(0xffffffffu, buf[10].y, 1);
+      other.z = __shfl_xor_sync(0xffffffffu, buf[10].z, 1);
+      other.w = __shfl_xor_sync(0xffffffffu, buf[10].w, 1);
+      sc_lo = h ? other : buf[10];  // scale bytes 0..15
+      sc_hi = h ? buf[10] : other;  // 16..31
+    }
+#pragma unroll
+    for (int i = 0; i < (kG2 ? 4 : 8); ++i) {  // latent chunk c = 2 i + h: dims 32 c ..
+      uint32_t sa, sb;
+      chunk_scales(i < 4 ? sc_lo : sc_hi, i, h, sa, sb);
+      decode_chunk_lean(buf[i], sa, sb, tile + i * kBlockBytes, r, h);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) decode_rope(buf[(kG2 ? 4 : 8) + i], tile + 8 * kBlockBytes, r, 2 * i + h);
+    if (h == 0) smem[kOffValid + st * 64 + r] = valid;
+    fence_async_smem();
+    mbar_arrive(base + kOffBar + st * 8);
+    if (kStamp) {
+      wait_empty += c1 - c0;
+      decode += clock64() - c1;
+    }
+    // The arrive's release (a MEMBAR) lets later loads move above it, where it would wait for
+    // them: an acquire fence keeps them below (variant 5).
+    asm volatile("fence.acq_rel.cta;\n" ::: "memory");
+#pragma unroll
+    for (int n = 0; n < kN; ++n) buf[n] = ld_nc_or_zero(next + chunk(n), next_valid);
+    valid = next_valid;
+  }
+  if (kStamp && tid == 0) {
+    stamp<kStamp>(p, kS64ProdWaitEmpty, wait_empty);
+    stamp<kStamp>(p, kS64ProdDecode, decode);
+  }
+}
+
 __device__ __forceinline__ void issue_qk(float (&s)[16], uint32_t q, uint32_t k) {
   wgmma_fence();
 #pragma unroll
@@ -532,6 +687,9 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // (exact for bf16 values within 2**24 of the largest); returns the score scale that undoes it.
 // The raw bf16 goes to its place in shared memory first and is converted there once the maximum
 // is known, so that no thread holds its 18 chunks in registers across the reduction.
+// kPerm (variants 29-31, issue 51): each latent group of 8 dims is stored in the order the lean
+// producer decode leaves the tile's dims in, [0 2 4 6 1 3 5 7] (decode_chunk_lean); rope as is.
+template <bool kPerm = false>
 __device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int ct) {
   float* red = reinterpret_cast<float*>(smem + kOffRed);
   const uint16_t* qb = p.q + b * p.stride_qb;
@@ -566,10 +724,19 @@ __device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int
     const uint32_t addr = q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7);
     const uint4 qv = ld_smem(addr);
     uint32_t v[4];
+    if (kPerm && cc < 64) {  // word j: dims (2j, 2j+1) -> words (0, 2), (4, 6), (1, 3), (5, 7)
+      auto lo = [&](int j) { return __uint_as_float(word(qv, j) << 16) * up; };
+      auto hi = [&](int j) { return __uint_as_float(word(qv, j) & 0xFFFF0000u) * up; };
+      v[0] = pack_half2(lo(0), lo(1));
+      v[1] = pack_half2(lo(2), lo(3));
+      v[2] = pack_half2(hi(0), hi(1));
+      v[3] = pack_half2(hi(2), hi(3));
+    } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t x = word(qv, j);
-      v[j] = pack_half2(__uint_as_float(x << 16) * up, __uint_as_float(x & 0xFFFF0000u) * up);
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t x = word(qv, j);
+        v[j] = pack_half2(__uint_as_float(x << 16) * up, __uint_as_float(x & 0xFFFF0000u) * up);
+      }
     }
     st_smem(addr, make_uint4(v[0], v[1], v[2], v[3]));
   }
@@ -581,31 +748,66 @@ __device__ float load_q(const DecodeParams& p, uint8_t* smem, int b, int h0, int
 // Both consumer layouts end here: this thread's O fragment (heads h0 + r0, h0 + r1; dims
 // 256 w + 8 j + 2 c4 + e) divided by the row sums lt goes to out (one split) or to the split's
 // fp32 partial; the threads of dims 0..255 (w = 0) write the log-sum-exps.
+// kPerm (load_q<true>'s order): the thread's columns 8 j + 2 c4 + e hold dims 8 j + {0 2, 4 6,
+// 1 3, 5 7}[c4]; lanes c4 and c4 ^ 2 swap one value each so that c4 holds the adjacent pair
+// 8 j + {0, 4, 2, 6}[c4] + e (every lane shuffles, before any lane skips a head).
+template <bool kPerm = false>
 __device__ __forceinline__ void store_out(const DecodeParams& p, const float (&o)[128],
                                           const float (&lt)[2], const float (&mt)[2], int b,
                                           int split, int h0, int r0, int r1, int w, int c4) {
   const int64_t part = static_cast<int64_t>(b * p.nsplit + split) * p.heads;
+  if constexpr (!kPerm) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int head = h0 + (half ? r1 : r0);
+      if (head >= p.heads) continue;
+      const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
+      const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
+      if (p.nsplit == 1) {  // final output
+        uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + 2 * c4;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const __nv_bfloat162 v =
+              __floats2bfloat162_rn(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+          *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = v;
+        }
+        if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
+      } else {  // this split's normalized partial and its log2-sum-exp
+        float* dst = p.opart + (part + head) * 512 + 256 * w + 2 * c4;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) =
+              make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+        if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
+      }
+    }
+    return;
+  }
+  const bool low = c4 < 2;
+  const int col = low ? 4 * c4 : 4 * (c4 - 2) + 2;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int head = h0 + (half ? r1 : r0);
-    if (head >= p.heads) continue;
     const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
     const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
-    if (p.nsplit == 1) {  // final output
-      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + 2 * c4;
+    float2 v[32];
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = v;
-      }
-      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
-    } else {  // this split's normalized partial and its log2-sum-exp
-      float* dst = p.opart + (part + head) * 512 + 256 * w + 2 * c4;
+    for (int j = 0; j < 32; ++j) {
+      const float a = o[4 * j + 2 * half] * inv, c = o[4 * j + 2 * half + 1] * inv;
+      const float got = __shfl_xor_sync(0xffffffffu, low ? c : a, 2);
+      v[j] = low ? make_float2(a, got) : make_float2(got, c);
+    }
+    if (head >= p.heads) continue;
+    if (p.nsplit == 1) {  // final output
+      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + col;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(v[j].x, v[j].y);
+      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
+    } else {  // this split's normalized partial and its log2-sum-exp
+      float* dst = p.opart + (part + head) * 512 + 256 * w + col;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = v[j];
       if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
     }
   }
@@ -726,7 +928,9 @@ __device__ void consumer(const DecodeParams& p, uint8_t* smem, int b, int split,
 // from registers (the S accumulator fragment, converted to fp16, is wgmma's A fragment as it is).
 // kEarly: the next tile's Q K^T is issued right behind this tile's P V (waiting for that tile
 // first), so that P V's latency is not on this group's path; the stage goes back once P V is done.
-template <bool kEarly>
+// kPerm, kStamp: variants 29-31 (load_q / store_out in decode_chunk_lean's dim order; variant
+// 31's stamps).
+template <bool kEarly, bool kPerm = false, bool kStamp = false>
 __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 0..127
@@ -737,7 +941,10 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   const uint32_t p_addr = base + kOffP, kv_addr = base + kOffKV;
   const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
   float* red = reinterpret_cast<float*>(smem + kOffRed);  // [0, 64): rescale, [64, 128): sums
-  const float qk = load_q(p, smem, b, h0, ct);
+  const float qk = load_q<kPerm>(p, smem, b, h0, ct);
+  long long t_full = 0, t_qk = 0, t_soft = 0, t_pv = 0, t_pfree = 0, c0 = 0;
+  auto clk = [&]() { return kStamp ? clock64() : 0ll; };
+  if (kStamp && ct == 0) stamp<kStamp>(p, kS64G1QReady, clock64());
   // Descriptors: one per operand base; a k-step adds its byte offset / 16 to the address field
   // (shared addresses stay below 2**18, so the 14-bit field never carries).
   const uint64_t dq = desc(base + kOffQ, 16, 1024);
@@ -760,10 +967,12 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   };
 
   mbar_wait(full, 0);
+  if (kStamp && ct == 0) stamp<kStamp>(p, kS64StartClk + 10, clock64());  // slot 11: tile 0 in
   issue_qk64(0);
   wgmma_wait<0>();
   for (int k = 0; k < ntiles; ++k) {
     const int st = k & 1;
+    c0 = clk();
     // S fragment: s[4j + e] = head r0, tile row 8j + 2 c4 + e; s[4j + 2 + e] = head r1, same row.
     const uint8_t* vf = smem + kOffValid + st * 64 + 2 * c4;
     float mx0 = -kInf, mx1 = -kInf;
@@ -806,7 +1015,17 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
       pa[2 * j] = pack_half2(s[4 * j], s[4 * j + 1]);
       pa[2 * j + 1] = pack_half2(s[4 * j + 2], s[4 * j + 3]);
     }
+    if (kStamp) {
+      const long long c1 = clk();
+      t_soft += c1 - c0;
+      c0 = c1;
+    }
     if (k > 0) named_sync(kBarPFree);  // group 2 has read the last tile's P and factors
+    if (kStamp) {
+      const long long c1 = clk();
+      t_pfree += c1 - c0;
+      c0 = c1;
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {  // P [64 heads, 64 rows] fp16, K-major, 128-byte swizzle
       st_smem(p_addr + swz(r0, j) + 4 * c4, pa[2 * j]);
@@ -833,14 +1052,34 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
       if (lane == 0) mbar_arrive(empty + 8 * st);
       wgmma_wait<0>();
     } else {
+      if (kStamp) c0 = clk();
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(empty + 8 * st);
+      if (kStamp) {
+        const long long c1 = clk();
+        t_pv += c1 - c0;
+        c0 = c1;
+      }
       if (k + 1 < ntiles) {
         mbar_wait(full + 8 * (st ^ 1), ((k + 1) >> 1) & 1);
+        if (kStamp) {
+          const long long c1 = clk();
+          t_full += c1 - c0;
+          c0 = c1;
+        }
         issue_qk64(st ^ 1);
         wgmma_wait<0>();
+        if (kStamp) t_qk += clk() - c0;
       }
     }
+  }
+  if (kStamp && ct == 0) {
+    stamp<kStamp>(p, kS64G1LoopDone, clock64());
+    stamp<kStamp>(p, kS64G1WaitFull, t_full);
+    stamp<kStamp>(p, kS64G1WaitQk, t_qk);
+    stamp<kStamp>(p, kS64G1Softmax, t_soft);
+    stamp<kStamp>(p, kS64G1WaitPv, t_pv);
+    stamp<kStamp>(p, kS64G1WaitPFree, t_pfree);
   }
 
 #pragma unroll
@@ -855,11 +1094,21 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   consumer_sync();  // the row sums, for group 2
   const float lt[2] = {l0, l1};
   const float mt[2] = {m0, m1};
-  store_out(p, o, lt, mt, b, split, h0, r0, r1, 0, c4);
+  store_out<kPerm>(p, o, lt, mt, b, split, h0, r0, r1, 0, c4);
+  if (kStamp && ct == 0) {
+    stamp<kStamp>(p, kS64EndNs, global_ns());
+    stamp<kStamp>(p, kS64EndClk, clock64());
+  }
 }
 
 // Variants >= 1, warp group 2: per tile, waits for group 1's P, rescales its O by group 1's
 // factors, then O[:, 256:] += P V with both operands in shared memory.
+// kG2 (variant 30): this group also decodes the latent dims 256..511 of every tile (the producer
+// the rest): tiles 0 and 1 before its loop, tile k + 2 into tile k's stage once both groups have
+// released it (right after its own P V of tile k, while group 1 runs tile k + 1's Q K^T and
+// softmax), each thread the same row and half of its 16-byte chunks as producer thread ct - 128,
+// its rows loaded a tile ahead. kPerm, kStamp: as consumer_qk.
+template <bool kPerm = false, bool kG2 = false, bool kStamp = false>
 __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 128..255
@@ -870,7 +1119,48 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
   const uint32_t kv_addr = base + kOffKV;
   const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
   const float* red = reinterpret_cast<const float*>(smem + kOffRed);
-  load_q(p, smem, b, h0, ct);
+  // kG2: thread (row dr, half dh) decodes latent chunks 2 i + dh, i = 4..7, of its tile row
+  const int dr = (ct - 128) >> 1, dh = ct & 1;
+  const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
+  const int32_t* idx = p.idx + b * p.stride_ib;
+  auto slot_of = [&](int k) {
+    const int t = t0 + k * kTile + dr;
+    return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+  };
+  // chunks 2 (n + 4) + dh (dims 256 + 32 (2 n + dh) ..), n < 4, and 21 (scale bytes 16..31)
+  auto load_rows = [&](uint4 (&g)[5], int slot) {
+    const uint4* src =
+        reinterpret_cast<const uint4*>(p.cache + static_cast<int64_t>(slot) * kRowBytes);
+#pragma unroll
+    for (int n = 0; n < 5; ++n) g[n] = ld_nc_or_zero(src + (n < 4 ? 2 * (n + 4) + dh : 21), slot >= 0);
+  };
+  auto decode_rows = [&](const uint4 (&g)[5], int st) {
+    const uint32_t tile = kv_addr + st * kTileBytes;
+#pragma unroll
+    for (int i = 4; i < 8; ++i) {
+      uint32_t sa, sb;
+      chunk_scales(g[4], i, dh, sa, sb);
+      decode_chunk_lean(g[i - 4], sa, sb, tile + i * kBlockBytes, dr, dh);
+    }
+    fence_async_smem();
+    mbar_arrive(full + 8 * st);
+  };
+  long long t_waitp = 0, t_dec = 0, t_empty = 0;
+  uint4 ga[5];
+  int slot_next = 0;
+  if (kG2) {
+    uint4 gb[5];
+    load_rows(ga, slot_of(0));
+    load_rows(gb, slot_of(1));
+    slot_next = slot_of(2);
+    load_q<kPerm>(p, smem, b, h0, ct);
+    decode_rows(ga, 0);
+    if (ntiles > 1) decode_rows(gb, 1);
+    load_rows(ga, slot_next);
+    slot_next = slot_of(3);
+  } else {
+    load_q<kPerm>(p, smem, b, h0, ct);
+  }
   const uint64_t dp = desc(base + kOffP, 16, 1024);
 
   float o[128];
@@ -878,7 +1168,9 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   for (int k = 0; k < ntiles; ++k) {
     const int st = k & 1;
+    long long c0 = kStamp ? clock64() : 0;
     named_sync(kBarPReady);
+    if (kStamp) t_waitp += clock64() - c0;
     mbar_wait(full + 8 * st, (k >> 1) & 1);  // done already (group 1 waited for it)
     const float a0 = red[r0], a1 = red[r1];
 #pragma unroll
@@ -892,11 +1184,31 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
     wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty + 8 * st);
     if (k + 1 < ntiles) named_arrive(kBarPFree);
+    if (kG2 && k + 2 < ntiles) {  // tile k + 2's dims 256..511 into this stage
+      if (kStamp) c0 = clock64();
+      mbar_wait(empty + 8 * st, (((k + 2) >> 1) & 1) ^ 1);  // group 1 is done with tile k too
+      long long c1 = 0;
+      if (kStamp) c1 = clock64();
+      decode_rows(ga, st);
+      // as the producer: no load above the arrive's release
+      asm volatile("fence.acq_rel.cta;\n" ::: "memory");
+      load_rows(ga, slot_next);
+      slot_next = slot_of(k + 4);
+      if (kStamp) {
+        t_empty += c1 - c0;
+        t_dec += clock64() - c1;
+      }
+    }
+  }
+  if (kStamp && ct == 128) {
+    stamp<kStamp>(p, kS64G2WaitP, t_waitp);
+    stamp<kStamp>(p, kS64G2Decode, t_dec);
+    stamp<kStamp>(p, kS64G2WaitEmpty, t_empty);
   }
   consumer_sync();  // group 1's row sums
   const float lt[2] = {red[64 + r0], red[64 + r1]};
   const float mt[2] = {0.f, 0.f};  // only group 1 (w = 0) writes the log-sum-exps
-  store_out(p, o, lt, mt, b, split, h0, r0, r1, 1, c4);
+  store_out<kPerm>(p, o, lt, mt, b, split, h0, r0, r1, 1, c4);
 }
 
 // ---- Few heads (H <= 16, variant 4) ----
@@ -1397,26 +1709,6 @@ __device__ __forceinline__ void wgmma_rs_n16(float (&d)[8], const uint32_t (&a)[
 // A block-scale byte (E4M3) -> its value times 2**6 in both halves (decode8's scale2).
 __device__ __forceinline__ uint32_t scale2_of(uint32_t byte) {
   return __byte_perm(hmul2(e4m3x2_to_f16x2(byte & 0xFFu), 0x54005400u), 0, 0x1010);
-}
-
-// Variant 10: two E4M3 bytes of a register's low / high half -> two fp16 (F2FP reads the high half
-// directly; `x >> 16` first cost a shift per call in v8's SASS).
-__device__ __forceinline__ uint32_t cvt_e4m3_lo(uint32_t x) {
-  uint32_t d;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(d) : "r"(x));
-  return d;
-}
-__device__ __forceinline__ uint32_t cvt_e4m3_hi(uint32_t x) {
-  uint32_t d;
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(d) : "r"(x));
-  return d;
-}
-// 4 packed bytes (dims 2i / 2i+1 in the low / high nibble of byte i) -> the E4M3 bytes of their
-// values times 2**-6 (decode8's mapping), left in place: `lo` byte i = dim 2i, `hi` byte i = dim 2i+1.
-// No byte interleave: variant 10 gives the fragment slots whatever pairs the converts produce.
-__device__ __forceinline__ void e2m1_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
-  lo = ((x << 2) & 0x1C1C1C1Cu) | ((x << 4) & 0x80808080u);
-  hi = ((x >> 2) & 0x1C1C1C1Cu) | (x & 0x80808080u);
 }
 
 // Natural Q (load_q_few's layout at kHOffQN) -> the permuted layout at kHOffQ: chunk (head h,
@@ -2201,14 +2493,37 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
   const int ntiles = (t1 - t0 + kTile - 1) / kTile;  // >= 1: the host makes no empty split
   const uint32_t bar = smem_u32(smem + kOffBar);
+  // 29-32 (issue 51): the lean decode; 30, 32: group 2 decodes dims 256..511; 31, 32: stamps
+  constexpr bool kLean = kVariant >= 29 && kVariant <= 32;
+  constexpr bool kG2 = kVariant == 30 || kVariant == 32;
+  constexpr bool kStamp = kVariant == 31 || kVariant == 32;
+  if (kStamp && threadIdx.x == 0) {
+    stamp<kStamp>(p, kS64StartNs, global_ns());
+    stamp<kStamp>(p, kS64StartClk, clock64());
+  }
   if (threadIdx.x == 0) {
-    mbar_init(bar, 128);  // full[2]: every producer thread arrives
-    mbar_init(bar + 8, 128);
+    mbar_init(bar, kG2 ? 256 : 128);  // full[2]: every producer thread arrives (kG2: + group 2's)
+    mbar_init(bar + 8, kG2 ? 256 : 128);
     mbar_init(bar + 16, 8);  // empty[2]: every consumer warp
     mbar_init(bar + 24, 8);
   }
   __syncthreads();
-  if (threadIdx.x < 128) {
+  if constexpr (kLean) {
+    // kG2: the producer holds 7 chunks instead of 11 and group 2 decodes (88 + 240 + 176 = 504)
+    if (threadIdx.x < 128) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kG2 ? 88 : kProducerRegs1));
+      producer_lean<kG2, kStamp>(p, smem, b, t0, t1, ntiles);
+    } else if (threadIdx.x < 256) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
+      consumer_qk<false, true, kStamp>(p, smem, b, split, hb, ntiles);
+    } else if constexpr (kG2) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(176));
+      consumer_pv<true, true, kStamp>(p, smem, b, split, hb, ntiles);
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
+      consumer_pv<true, false, kStamp>(p, smem, b, split, hb, ntiles);
+    }
+  } else if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVariant == 0 ? kProducerRegs
                                                                            : kProducerRegs1));
     producer<(kVariant >= 2), 2, kOffKV, kOffValid, kOffBar, (kVariant == 5)>(p, smem, b, t0, t1,
@@ -2316,6 +2631,25 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
                                                      : launch_few3<1, 1, true, 1>(p, stream);
       const bool combine = p.nsplit > 1 && p.nsplit <= 4;
       return e != cudaSuccess || !combine ? e : launch_combine(p, stream, true);
+    }
+    // 29-32 (issue 51): more heads: the lean producer decode (29), + group 2 decoding dims
+    // 256..511 (30), each with per-role wait clocks in p.counters (31, 32); few heads: 27
+    case 29:
+    case 30:
+    case 31:
+    case 32: {
+      if (p.heads > kFewHeads) {
+        switch (p.variant) {
+          case 29: return launch<29>(p, stream);
+          case 30: return launch<30>(p, stream);
+          case 31: return launch<31>(p, stream);
+          default: return launch<32>(p, stream);
+        }
+      }
+      DecodeParams q = p;
+      q.variant = 27;
+      q.counters = nullptr;
+      return sparse_mla_decode_sm90(q, stream);
     }
     case 27:  // 26 with the two splits of a query merged by their cluster (no combine kernel)
     case 28: {  // 27 with the phases' clocks in p.counters (kernels/probe_pieces.py)
