@@ -34,7 +34,7 @@ from serving.config import ModelConfig, ServingConfig
 from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.errors import ServingError
 from serving.kvtier import MooncakeTier
-from serving.model_dir import resolve_model_dir, tokenizer_markup_ids
+from serving.model_dir import engine_stop_ids, resolve_model_dir, tokenizer_markup_ids
 from serving.policy import FleetBroken, UpdateTimes, update_fleet
 from serving.process import sweep_socket_folders
 from serving.topologies import TOPOLOGIES, topology_class
@@ -100,7 +100,8 @@ class Cluster:
             front_door=self.topology.front_door, api_key=self.serving.api_key,
             enable_thinking=self.model.enable_thinking, max_model_len=self.model.max_model_len,
             request_timeout_s=self.serving.request_timeout_s, logprobs_mode=self.serving.logprobs,
-            markup_token_ids=markup, routed_experts=self.serving.routed_experts)
+            markup_token_ids=markup, stop_token_ids=engine_stop_ids(model_dir),
+            routed_experts=self.serving.routed_experts)
         return self.endpoint
 
     def _start_kv_tier(self) -> MooncakeTier | None:

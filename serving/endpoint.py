@@ -29,6 +29,7 @@ class Endpoint:
     request_timeout_s: float = 600.0
     logprobs_mode: str = "behaviour"  # behaviour | raw (serving.config.LOGPROBS_MODES)
     markup_token_ids: dict[str, int] = field(default_factory=dict)  # tool-call markup -> id
+    stop_token_ids: list[int] = field(default_factory=list)  # the engines' (engine_stop_ids)
     routed_experts: bool = False  # its engines return each token's MoE experts
 
     @property

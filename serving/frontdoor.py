@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from serving.endpoint import Endpoint
-from serving.engine.plugin import GRAMMAR_PREFIX_ARG
+from serving.engine.plugin import GRAMMAR_PREFIX_ARG, GRAMMAR_PREFIX_LINE
 from serving.errors import ServerUnavailable
 from serving.toolcall import ToolCallGrammar, TurnTooLong
 
@@ -147,7 +147,7 @@ class FrontDoor:
         body = {"model": self.endpoint.model, "prompt": prompt_ids, **_sampling(sampling),
                 "logprobs": 0, **self._grammar_fields(grammar), **self._token_fields()}
         if resume and grammar is not None:
-            body.update(self._resume_fields(resume))
+            body.update(self._resume_fields(resume, grammar))
         if self.endpoint.routed_experts and sampling.routed_experts_from is not None:
             body["routed_experts_prompt_start"] = sampling.routed_experts_from
         # the prompt is exactly these ids: nothing (BOS, ...) is added in front
@@ -159,6 +159,7 @@ class FrontDoor:
                          finish_reason=choice.get("finish_reason") or "",
                          cached_tokens=_cached(raw), latency_s=time.perf_counter() - start)
         self._read_ids(gen, raw, choice)
+        gen.finish_reason = self._finish_reason(gen)
         if gen.routed_experts is not None and gen.routed_experts_start is None:
             gen.routed_experts_start = sampling.routed_experts_from or 0
         return gen
@@ -208,8 +209,13 @@ class FrontDoor:
         """The logit bias this server applies beside `grammar` (what a replay must apply)."""
         return {}
 
-    def _resume_fields(self, resume: list[int]) -> dict[str, Any]:
-        """How this server is told that the grammar starts after `resume`."""
+    def _finish_reason(self, gen: Generation) -> str:
+        """Why the generation ended, spelled as vLLM does (`abort`: its engine aborted it)."""
+        return gen.finish_reason
+
+    def _resume_fields(self, resume: list[int], grammar: ToolCallGrammar) -> dict[str, Any]:
+        """How this server is told that the grammar starts after `resume` (the prompt's last
+        tokens): by default the tokens in an extra arg (serving/engine/plugin.py, part 7)."""
         return {"vllm_xargs": {GRAMMAR_PREFIX_ARG: list(resume)}}
 
     def _token_fields(self) -> dict[str, Any]:
@@ -304,6 +310,21 @@ class DynamoFrontDoor(FrontDoor):
 
     def _token_fields(self) -> dict[str, Any]:
         return {"nvext": {"extra_fields": list(self.FIELDS)}}
+
+    def _finish_reason(self, gen: Generation) -> str:
+        # The worker reports an aborted request (a weight update's pause) as `cancelled`, which
+        # the frontend answers as `stop` (Dynamo 1.6.1): a stop that sampled no stop token was
+        # cut short.
+        stops = self.endpoint.stop_token_ids
+        if gen.finish_reason == "stop" and stops and (not gen.token_ids
+                                                      or gen.token_ids[-1] not in stops):
+            return "abort"
+        return gen.finish_reason
+
+    def _resume_fields(self, resume: list[int], grammar: ToolCallGrammar) -> dict[str, Any]:
+        # the frontend refuses `vllm_xargs` (HTTP 400, Dynamo 1.6.1) and passes the grammar's
+        # text to the worker unchanged: its first line counts the tokens
+        return {"guided_grammar": f"{GRAMMAR_PREFIX_LINE}{len(resume)}\n{grammar.ebnf}"}
 
     def _read_ids(self, gen: Generation, raw: dict, choice: dict) -> None:
         nvext = raw.get("nvext") or {}

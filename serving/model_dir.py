@@ -91,3 +91,18 @@ def tokenizer_markup_ids(model_dir: Path) -> dict[str, int]:
         if len(tokens) == 1:
             ids[text] = tokens[0]
     return ids
+
+
+def engine_stop_ids(model_dir: Path) -> list[int]:
+    """The stop tokens vLLM hands the grammar matcher for a request without stop ids of its
+    own: the tokenizer's end-of-sequence token and the generation config's `eos_token_id`s
+    (vLLM's `SamplingParams.all_stop_token_ids`)."""
+    ids: set[int] = set()
+    gen = model_dir / "generation_config.json"
+    if gen.is_file():
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        ids.update([eos] if isinstance(eos, int) else eos or [])
+    config = json.loads((model_dir / "config.json").read_text())
+    eos = config.get("eos_token_id")
+    ids.update([eos] if isinstance(eos, int) else eos or [])
+    return sorted(ids)

@@ -32,9 +32,13 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
 
 7. Grammars that resume mid-turn (ROLLFLEET_GRAMMAR_RESUME). A turn that a weight update cut
    short goes on under the new weights from where it stopped (`rollout.update_mode=continue`):
-   its tokens so far end its next prompt, and the request names how many of them its grammar
-   has already consumed (`vllm_xargs: {"rollfleet_grammar_prefix": [...]}`, the tokens
-   themselves). When vLLM compiles that request's grammar, the matcher (and part 3's UTF-8
+   its tokens so far end its next prompt, and the request names them as already consumed by
+   its grammar, by either of two spellings (a front door uses the one its server passes on):
+   the tokens themselves in an extra arg (`vllm_xargs: {"rollfleet_grammar_prefix": [...]}`,
+   vLLM's server), or an EBNF grammar whose first line counts the prompt's last tokens
+   (`# rollfleet_grammar_prefix=N`; Dynamo's frontend refuses `vllm_xargs` but hands the
+   grammar's text to the worker as it is). When vLLM compiles that request's grammar (the
+   count line taken off: the grammar cached is the uncut one), the matcher (and part 3's UTF-8
    guard) accepts them first, so the first token sampled is masked as it would have been had
    the turn never stopped; a prefix the grammar refuses fails the request.
 
@@ -78,6 +82,7 @@ UNMASKED_LOGPROBS_ENV = "ROLLFLEET_UNMASKED_LOGPROBS"
 BEHAVIOUR_LOGPROBS_ENV = "ROLLFLEET_BEHAVIOUR_LOGPROBS"
 GRAMMAR_RESUME_ENV = "ROLLFLEET_GRAMMAR_RESUME"
 GRAMMAR_PREFIX_ARG = "rollfleet_grammar_prefix"  # a request's extra arg: tokens already sampled
+GRAMMAR_PREFIX_LINE = f"# {GRAMMAR_PREFIX_ARG}="  # an EBNF's first line: the prompt's last N are
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
 WEIGHT_UPDATES_ENV = "ROLLFLEET_WEIGHT_UPDATES"
 FORK_ENGINE_CORE_ENV = "ROLLFLEET_FORK_ENGINE_CORE"
@@ -161,9 +166,8 @@ def resume_grammars() -> None:
         return
 
     def create_then_resume(self: Any, request: Any) -> Any:
+        prefix = grammar_prefix(request)
         grammar = create(self, request)
-        extra = getattr(request.sampling_params, "extra_args", None) or {}
-        prefix = [int(t) for t in extra.get(GRAMMAR_PREFIX_ARG) or []]
         if prefix and not grammar.accept_tokens(request.request_id, prefix):
             raise ValueError(f"request {request.request_id}: the grammar refuses the "
                              f"{len(prefix)} tokens it was to resume after")
@@ -171,6 +175,25 @@ def resume_grammars() -> None:
 
     create_then_resume.resumes = True
     manager._create_grammar = create_then_resume
+
+
+def grammar_prefix(request: Any) -> list[int]:
+    """The tokens a request's grammar has already consumed, by either spelling (part 7); a
+    grammar's count line is taken off the text vLLM compiles."""
+    extra = getattr(request.sampling_params, "extra_args", None) or {}
+    if extra.get(GRAMMAR_PREFIX_ARG):
+        return [int(t) for t in extra[GRAMMAR_PREFIX_ARG]]
+    struct = request.structured_output_request
+    kind, spec = struct.structured_output_key
+    if not (isinstance(spec, str) and spec.startswith(GRAMMAR_PREFIX_LINE)):
+        return []
+    line, _, grammar = spec.partition("\n")
+    count = int(line.removeprefix(GRAMMAR_PREFIX_LINE))
+    struct.__dict__["structured_output_key"] = kind, grammar  # a cached property: overridden
+    if not 0 <= count <= len(request.prompt_token_ids):
+        raise ValueError(f"request {request.request_id}: its grammar resumes after {count} "
+                         f"tokens of a {len(request.prompt_token_ids)}-token prompt")
+    return list(request.prompt_token_ids[len(request.prompt_token_ids) - count:])
 
 
 class WholeGrammarCache:

@@ -27,27 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from serving.model_dir import engine_stop_ids
 from serving.toolcall.utf8 import BETWEEN, Utf8Guard
 
 
 class ReplayError(ValueError):
     """The recorded tokens do not fit the recorded grammar (a record from another grammar, or a
     corrupted one)."""
-
-
-def engine_stop_ids(model_dir: Path) -> list[int]:
-    """The stop tokens vLLM hands the grammar matcher for a request without stop ids of its
-    own: the tokenizer's end-of-sequence token and the generation config's `eos_token_id`s
-    (vLLM's `SamplingParams.all_stop_token_ids`)."""
-    ids: set[int] = set()
-    gen = model_dir / "generation_config.json"
-    if gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
-        ids.update([eos] if isinstance(eos, int) else eos or [])
-    config = json.loads((model_dir / "config.json").read_text())
-    eos = config.get("eos_token_id")
-    ids.update([eos] if isinstance(eos, int) else eos or [])
-    return sorted(ids)
 
 
 class GrammarReplay:

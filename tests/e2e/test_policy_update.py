@@ -154,3 +154,64 @@ def test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv(
     view = load_from_disk(str(run / "trainer"))
     assert set(view["policy_version"]) <= {0, 1, 2} and len(view) > 0
     assert new_job_processes(before_procs) == []
+
+
+CONTINUE_ON = {
+    "kv_routed_with_tier": ["serving=kv_routed", "serving.kv_tier=mooncake",
+                            "serving.kv_tier_gib=0.5"],
+    "disagg": ["serving=disagg"],
+}
+
+
+@pytest.mark.parametrize("topology", CONTINUE_ON)
+def test_a_turn_cut_by_an_update_goes_on_under_the_new_weights(topology, tmp_path, new_weights):
+    """rollout.update_mode=continue with many sessions in flight: updates until one turn was
+    cut mid-way. The cut turn's tokens carry two versions, the new one from where it was cut
+    on; its call is valid; every token's behaviour logprob re-scores at its own version's
+    checkpoint (the continuation's prefix computed again under the new weights: reusing the
+    old KV would not), and nothing is lost."""
+    from transformers import AutoModelForCausalLM
+
+    from rollout.reports.rescore import check_logprobs
+    from rollout.rl.behaviour import SessionLogprobs
+    from serving.checkpoints import read_index
+
+    before_procs = process_table()
+    run = tmp_path / "run"
+    served = ensure_tiny_glm(ROOT / ".cache" / "models")
+    with Rollouts(["+experiment=rl_loop", *CONTINUE_ON[topology], f"output.dir={run}",
+                   "logger=none", "rollout.update_mode=continue", "rollout.max_sessions=8",
+                   "rollout.max_policy_lag=null", "serving.keep_checkpoints=100"],
+                  groups_per_step=1, ahead=32) as r:  # sampling goes on through updates
+        r.next_groups(1)
+        for attempt in range(6):  # each update lands on whatever is being sampled then
+            r.update_weights(new_weights if attempt % 2 == 0 else served)
+            r.next_groups(1)
+            done = load_from_disk_parts(run)
+            if any(len(t["parts"]) > 1 for rec in done for t in rec["turns"]):
+                break
+    records = load_from_disk(str(run / "dataset")).to_list()
+    assert {rec["status"] for rec in records} <= {"ok", "truncated"}  # nothing lost
+    cut = [(rec, t) for rec in records for t in rec["turns"] if len(t["parts"]) > 1]
+    assert cut, "no update cut a turn in six tries"
+    for _, turn in cut:
+        first, then = turn["parts"][0], turn["parts"][-1]
+        assert then["version"] > first["version"] and first["tokens"] > 0
+        assert sum(p["tokens"] for p in turn["parts"]) == len(turn["completion_token_ids"])
+        assert turn["tool_calls"] and all(c["valid"] for c in turn["tool_calls"])
+        assert turn["resampled"] == 0
+    kept = {v: (c.path, c.digest) for v, c in read_index(run).items()}
+    result, skipped = check_logprobs(
+        [rec for rec, _ in cut], kept,
+        lambda folder: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(),
+        SessionLogprobs(served))
+    assert skipped.reasons == {} and result.holds(), result.summary()
+    assert new_job_processes(before_procs) == []
+
+
+def load_from_disk_parts(run: Path) -> list[dict]:
+    """The records on disk so far (the run's part files), as a trainer would read them."""
+    import pyarrow.parquet as pq
+
+    files = sorted((run / "data").glob("*.parquet"))
+    return [row for f in files for row in pq.read_table(f).to_pylist()]

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from serving import Endpoint, Sampling
+from serving.engine.plugin import GRAMMAR_PREFIX_ARG, GRAMMAR_PREFIX_LINE
 from serving.frontdoor import (
     REQUEST_ID_HEADER,
     SESSION_HEADER,
@@ -139,6 +140,48 @@ def test_dynamo_takes_the_grammar_as_ebnf_and_names_the_workers():
                                              "completion_token_ids"]
     assert (gen.token_ids, gen.engine_id, gen.prefill_engine_id) == ([9], "decode0", "prefill0")
     assert later.engine_id == "decode0-restarted" and seen["auth"] == "Bearer k"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "dynamo"])
+def test_a_resumed_turn_names_the_tokens_its_grammar_already_consumed(kind):
+    """The two spellings of serving/engine/plugin.py's part 7: the tokens in `vllm_xargs`
+    (vLLM), a count line atop the EBNF (Dynamo's frontend refuses `vllm_xargs`)."""
+    seen = []
+
+    def server(request):
+        seen.append(request.body)
+        return OK_DYNAMO if kind == "dynamo" else (200, {"choices": [
+            {"token_ids": [9], "prompt_token_ids": [1, 2, 3], "finish_reason": "stop"}]})
+
+    async def resumed(door):
+        await door.generate([1, 2, 3], Sampling(16), GRAMMAR, "s1", resume=[2, 3])
+        await door.generate([1, 2, 3], Sampling(16), GRAMMAR, "s1")
+
+    asyncio.run(_served(server, resumed, kind))
+    cut, whole = seen
+    if kind == "vllm":
+        assert cut["vllm_xargs"] == {GRAMMAR_PREFIX_ARG: [2, 3]} and "vllm_xargs" not in whole
+        assert cut["structured_outputs"] == whole["structured_outputs"]
+    else:
+        assert "vllm_xargs" not in cut
+        assert cut["guided_grammar"] == f"{GRAMMAR_PREFIX_LINE}2\n{GRAMMAR.ebnf}"
+        assert whole["guided_grammar"] == GRAMMAR.ebnf
+
+
+@pytest.mark.parametrize(("finish", "tokens", "stops", "seen"), [
+    ("stop", [5, 9, 2], [2, 3], "stop"),  # sampled a stop token: ended
+    ("stop", [5, 9], [2, 3], "abort"),  # reported stop, no stop token: the pause cut it
+    ("stop", [], [2, 3], "abort"),  # cut before its first token
+    ("length", [5, 9], [2, 3], "length"),
+    ("stop", [5, 9], [], "stop"),  # stop tokens unknown: taken as reported
+])
+def test_dynamo_tells_a_cut_turn_from_one_that_stopped(finish, tokens, stops, seen):
+    """Dynamo's frontend answers a request its engine aborted (`cancelled`) as `stop`."""
+    def server(request):
+        return 200, {"choices": [{"finish_reason": finish}],
+                     "nvext": {"prompt_token_ids": [1, 2, 3], "completion_token_ids": tokens}}
+
+    assert _generate(server, stop_token_ids=stops).finish_reason == seen
 
 
 @pytest.mark.parametrize(("response", "error"), [

@@ -7,7 +7,7 @@ import pytest
 
 from rollfleet.paths import ROOT
 from serving import ModelConfig, ServingError
-from serving.model_dir import resolve_model_dir
+from serving.model_dir import engine_stop_ids, resolve_model_dir
 from serving.tiny_model import ensure_tiny_glm
 
 
@@ -50,3 +50,18 @@ def test_a_broken_folder_names_its_fault(model_dir, break_it, message):
     break_it(model_dir)
     with pytest.raises(ServingError, match=message):
         _resolve(model_dir)
+
+
+def test_the_stop_tokens_are_the_engines(model_dir):
+    """The tokenizer's end of sequence and every `eos_token_id` of both configs, as vLLM stops
+    on them; an int or a list, either file."""
+    config = json.loads((model_dir / "config.json").read_text())
+    generation = json.loads((model_dir / "generation_config.json").read_text())
+    want = {config["eos_token_id"]} if isinstance(config["eos_token_id"], int) else set(
+        config["eos_token_id"])
+    want |= set(generation["eos_token_id"])
+    assert engine_stop_ids(model_dir) == sorted(want) and len(want) >= 3
+    (model_dir / "generation_config.json").unlink()
+    config["eos_token_id"] = 7
+    (model_dir / "config.json").write_text(json.dumps(config))
+    assert engine_stop_ids(model_dir) == [7]

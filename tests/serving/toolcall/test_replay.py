@@ -17,7 +17,6 @@ from serving.toolcall import build_grammar
 from serving.toolcall.replay import (
     GrammarReplay,
     ReplayError,
-    engine_stop_ids,
     masked_logprobs,
     unpack,
 )
@@ -77,10 +76,6 @@ def test_a_token_the_grammar_refuses_is_named(replay, tools, token_ids, tokenize
     ids = tokenizer.encode("<tool_call>nosuchtool", add_special_tokens=False)
     with pytest.raises(ReplayError, match=r"token 1 \("):
         replay.bitmasks(grammar.ebnf, ids)
-
-
-def test_the_stop_tokens_are_the_engines(model_dir, tokenizer):
-    assert tokenizer.eos_token_id in engine_stop_ids(model_dir)
 
 
 def _oracle(logits, allowed, token, temperature, top_p, bias):
