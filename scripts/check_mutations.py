@@ -141,7 +141,14 @@ MUTATIONS = [
     ("a weight update skips dropping the old KV (e2e)", "serving/policy.py",
      "        for attempt in range(RESET_TRIES):\n", "        for attempt in range(0):\n",
      ["tests/e2e/test_policy_update.py::"
-      "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]"]),
+      "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]",
+      "tests/e2e/test_policy_update.py::"
+      "test_a_turn_cut_by_an_update_goes_on_under_the_new_weights[embedded]"]),
+    ("a turn cut by an update resumes its grammar from the start (e2e)", "serving/frontdoor.py",
+     '        return {"guided_grammar": f"{GRAMMAR_PREFIX_LINE}{len(resume)}\\n{grammar.ebnf}"}',
+     '        return {"guided_grammar": grammar.ebnf}',
+     ["tests/e2e/test_policy_update.py::"
+      "test_a_turn_cut_by_an_update_goes_on_under_the_new_weights[kv_routed_with_tier]"]),
     ("the KV tier's namespace counts the resets an engine saw",
      "serving/engine/kvtier/connector.py",
      "            self.ns = self._policy_namespace()\n", "            self.ns += \"+\"\n",

@@ -157,6 +157,7 @@ def test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv(
 
 
 CONTINUE_ON = {
+    "embedded": ["serving=embedded"],
     "kv_routed_with_tier": ["serving=kv_routed", "serving.kv_tier=mooncake",
                             "serving.kv_tier_gib=0.5"],
     "disagg": ["serving=disagg"],
