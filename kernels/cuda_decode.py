@@ -89,15 +89,19 @@ VARIANTS = {
     31: "29 writing each role's wait clocks into a buffer passed as counters (kernels/"
     "probe_pieces.py, H > 16; none without one)",
     32: "30 with 31's clocks",
+    33: "H > 16: 29 with a shorter softmax in group 1 (qk folded into exp2's FMA, masking skipped "
+    "on tiles with no padding, tree maxima and sums) and a row's reference max moved only when "
+    "the tile's max exceeds it by more than 8 (log2 units; P <= 2**8), so that both groups skip "
+    "the [64, 512] rescale when no row of a warp moved it; few heads: 27",
 }
-DEFAULT_VARIANT = 27
+DEFAULT_VARIANT = 33
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 33)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 34)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
 # few heads: the decode call merges its splits itself (csrc's combine kernel; 27, 28 at 2 splits:
 # the cluster), up to this many
-CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 33), 4)
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 34), 4)
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

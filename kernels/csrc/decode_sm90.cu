@@ -928,9 +928,86 @@ __device__ void consumer(const DecodeParams& p, uint8_t* smem, int b, int split,
 // from registers (the S accumulator fragment, converted to fp16, is wgmma's A fragment as it is).
 // kEarly: the next tile's Q K^T is issued right behind this tile's P V (waiting for that tile
 // first), so that P V's latency is not on this group's path; the stage goes back once P V is done.
+// Variant 33 (issue 51), group 1's online softmax of one S tile with fewer instructions and shorter
+// chains than variant 5's: the scores stay raw and qk is folded into exp2's argument (one FFMA
+// instead of an FMUL and an FADD a score); the tile's 64 valid bytes are read as 4 broadcast
+// 16-byte loads and the masking skipped when all rows are valid (every tile but a ragged last
+// one); maxima and sums as trees instead of 16-long chains. And the reference max of a row (m,
+// log2 units) moves only when the tile's max exceeds it by more than 8, as FlashAttention-3 and
+// FlashMLA do: then P = 2**(s - m) <= 2**8 (exact range for fp16 and the fp32 sums), the factor
+// `a` is exactly 1 for a row that kept its max, and the callers skip the [64, 512] rescale when
+// every row of a warp kept it (after the first tile, almost always). m only has to be an upper
+// bound within 2**8 of the scores for the sums; the log-sum-exp m + log2(l) is the same.
+__device__ __forceinline__ void softmax_lazy(float (&s)[32], const uint8_t* valid, int c4, float qk,
+                                             float& m0, float& m1, float& l0, float& l1,
+                                             float& a0, float& a1) {
+  const uint4* vw = reinterpret_cast<const uint4*>(valid);
+  const uint4 v0 = vw[0], v1 = vw[1], v2 = vw[2], v3 = vw[3];
+  const uint32_t all = v0.x & v0.y & v0.z & v0.w & v1.x & v1.y & v1.z & v1.w & v2.x & v2.y &
+                       v2.z & v2.w & v3.x & v3.y & v3.z & v3.w;
+  if (all != 0x01010101u) {  // a ragged tile: padding rows score -inf (the same for all threads)
+    const uint8_t* vf = valid + 2 * c4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = vf[8 * j + e];
+        s[4 * j + e] = ok ? s[4 * j + e] : -kInf;
+        s[4 * j + 2 + e] = ok ? s[4 * j + 2 + e] : -kInf;
+      }
+    }
+  }
+  // s[4 j + e]: head r0; s[4 j + 2 + e]: head r1
+  float t0[8], t1[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    t0[j] = fmaxf(s[4 * j], s[4 * j + 1]);
+    t1[j] = fmaxf(s[4 * j + 2], s[4 * j + 3]);
+  }
+#pragma unroll
+  for (int w = 4; w > 0; w >>= 1) {
+#pragma unroll
+    for (int j = 0; j < w; ++j) {
+      t0[j] = fmaxf(t0[j], t0[j + w]);
+      t1[j] = fmaxf(t1[j], t1[j + w]);
+    }
+  }
+  float mx0 = t0[0], mx1 = t1[0];
+#pragma unroll
+  for (int d = 1; d < 4; d <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+  }
+  mx0 *= qk;  // qk > 0; -inf stays -inf
+  mx1 *= qk;
+  const float n0 = mx0 > m0 + 8.f ? mx0 : m0, n1 = mx1 > m1 + 8.f ? mx1 : m1;
+  const float u0 = n0 == -kInf ? 0.f : n0, u1 = n1 == -kInf ? 0.f : n1;  // no -inf - -inf
+  a0 = n0 == m0 ? 1.f : fast_exp2(m0 - u0);
+  a1 = n1 == m1 ? 1.f : fast_exp2(m1 - u1);
+  m0 = n0;
+  m1 = n1;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = fast_exp2(fmaf(s[i], qk, -((i & 2) ? u1 : u0)));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    t0[j] = s[4 * j] + s[4 * j + 1];
+    t1[j] = s[4 * j + 2] + s[4 * j + 3];
+  }
+#pragma unroll
+  for (int w = 4; w > 0; w >>= 1) {
+#pragma unroll
+    for (int j = 0; j < w; ++j) {
+      t0[j] += t0[j + w];
+      t1[j] += t1[j + w];
+    }
+  }
+  l0 = l0 * a0 + t0[0];
+  l1 = l1 * a1 + t1[0];
+}
+
 // kPerm, kStamp: variants 29-31 (load_q / store_out in decode_chunk_lean's dim order; variant
-// 31's stamps).
-template <bool kEarly, bool kPerm = false, bool kStamp = false>
+// 31's stamps). kSoft: variant 33's softmax (softmax_lazy).
+template <bool kEarly, bool kPerm = false, bool kStamp = false, bool kSoft = false>
 __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 0..127
@@ -974,6 +1051,15 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
     const int st = k & 1;
     c0 = clk();
     // S fragment: s[4j + e] = head r0, tile row 8j + 2 c4 + e; s[4j + 2 + e] = head r1, same row.
+    float a0, a1;
+    if constexpr (kSoft) {
+      softmax_lazy(s, smem + kOffValid + st * 64, c4, qk, m0, m1, l0, l1, a0, a1);
+      // the rescale only where a row's reference max moved (rare after the first tile)
+      if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+      }
+    } else {
     const uint8_t* vf = smem + kOffValid + st * 64 + 2 * c4;
     float mx0 = -kInf, mx1 = -kInf;
 #pragma unroll
@@ -994,7 +1080,8 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
     }
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float u0 = n0 == -kInf ? 0.f : n0, u1 = n1 == -kInf ? 0.f : n1;  // no -inf - -inf
-    const float a0 = fast_exp2(m0 - u0), a1 = fast_exp2(m1 - u1);
+    a0 = fast_exp2(m0 - u0);
+    a1 = fast_exp2(m1 - u1);
     m0 = n0;
     m1 = n1;
     float ps0 = 0.f, ps1 = 0.f;
@@ -1007,6 +1094,7 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
     l1 = l1 * a1 + ps1;
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+    }
     // pa[2j] = head r0, tile rows 8j + 2 c4 (+1); pa[2j + 1] = head r1: for the k-step kt (tile
     // rows 16 kt ..), pa[4 kt .. 4 kt + 3] is wgmma's A fragment.
     uint32_t pa[16];
@@ -1107,8 +1195,8 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
 // the rest): tiles 0 and 1 before its loop, tile k + 2 into tile k's stage once both groups have
 // released it (right after its own P V of tile k, while group 1 runs tile k + 1's Q K^T and
 // softmax), each thread the same row and half of its 16-byte chunks as producer thread ct - 128,
-// its rows loaded a tile ahead. kPerm, kStamp: as consumer_qk.
-template <bool kPerm = false, bool kG2 = false, bool kStamp = false>
+// its rows loaded a tile ahead. kPerm, kStamp, kSoft: as consumer_qk.
+template <bool kPerm = false, bool kG2 = false, bool kStamp = false, bool kSoft = false>
 __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 128..255
@@ -1173,8 +1261,11 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
     if (kStamp) t_waitp += clock64() - c0;
     mbar_wait(full + 8 * st, (k >> 1) & 1);  // done already (group 1 waited for it)
     const float a0 = red[r0], a1 = red[r1];
+    // kSoft: group 1's factors are exactly 1 unless a row's reference max moved: no rescale then
+    if (!kSoft || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+      for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? a1 : a0;
+    }
     const uint64_t dv = desc(kv_addr + st * kTileBytes + 4 * kBlockBytes, kBlockBytes, 1024);
     wgmma_fence();
 #pragma unroll
@@ -2493,8 +2584,10 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   const int t0 = split * p.split_len, t1 = min(t0 + p.split_len, p.topk);
   const int ntiles = (t1 - t0 + kTile - 1) / kTile;  // >= 1: the host makes no empty split
   const uint32_t bar = smem_u32(smem + kOffBar);
-  // 29-32 (issue 51): the lean decode; 30, 32: group 2 decodes dims 256..511; 31, 32: stamps
-  constexpr bool kLean = kVariant >= 29 && kVariant <= 32;
+  // 29-33 (issue 51): the lean decode; 30, 32: group 2 decodes dims 256..511; 31, 32: stamps;
+  // 33: softmax_lazy
+  constexpr bool kLean = kVariant >= 29 && kVariant <= 33;
+  constexpr bool kSoft = kVariant == 33;
   constexpr bool kG2 = kVariant == 30 || kVariant == 32;
   constexpr bool kStamp = kVariant == 31 || kVariant == 32;
   if (kStamp && threadIdx.x == 0) {
@@ -2515,13 +2608,13 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
       producer_lean<kG2, kStamp>(p, smem, b, t0, t1, ntiles);
     } else if (threadIdx.x < 256) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
-      consumer_qk<false, true, kStamp>(p, smem, b, split, hb, ntiles);
+      consumer_qk<false, true, kStamp, kSoft>(p, smem, b, split, hb, ntiles);
     } else if constexpr (kG2) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(176));
       consumer_pv<true, true, kStamp>(p, smem, b, split, hb, ntiles);
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
-      consumer_pv<true, false, kStamp>(p, smem, b, split, hb, ntiles);
+      consumer_pv<true, false, kStamp, kSoft>(p, smem, b, split, hb, ntiles);
     }
   } else if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVariant == 0 ? kProducerRegs
@@ -2634,13 +2727,17 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     }
     // 29-32 (issue 51): more heads: the lean producer decode (29), + group 2 decoding dims
     // 256..511 (30), each with per-role wait clocks in p.counters (31, 32); few heads: 27
+    // 33: 29 with softmax_lazy (group 1's softmax shortened, the rescale skipped where no row's
+    // reference max moved)
     case 29:
     case 30:
     case 31:
-    case 32: {
+    case 32:
+    case 33: {
       if (p.heads > kFewHeads) {
         switch (p.variant) {
           case 29: return launch<29>(p, stream);
+          case 33: return launch<33>(p, stream);
           case 30: return launch<30>(p, stream);
           case 31: return launch<31>(p, stream);
           default: return launch<32>(p, stream);
