@@ -2729,11 +2729,16 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     // 256..511 (30), each with per-role wait clocks in p.counters (31, 32); few heads: 27
     // 33: 29 with softmax_lazy (group 1's softmax shortened, the rescale skipped where no row's
     // reference max moved)
+    // 34: 29 above 2 tiles a split, else 5 (29's permuted Q and output cost ~1.3 us at 1 tile a
+    // split: H64 B1 21.0 vs 19.7 us on the H200, issue 51 call 2); few heads: 27
     case 29:
     case 30:
     case 31:
     case 32:
-    case 33: {
+    case 33:
+    case 34: {
+      if (p.variant == 34 && p.heads > kFewHeads)
+        return p.split_len > 2 * kTile ? launch<29>(p, stream) : launch<5>(p, stream);
       if (p.heads > kFewHeads) {
         switch (p.variant) {
           case 29: return launch<29>(p, stream);
