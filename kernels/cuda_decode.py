@@ -95,15 +95,18 @@ VARIANTS = {
     "the [64, 512] rescale when no row of a warp moved it; few heads: 27",
     34: "H > 16: 29 above 2 tiles a split, else 5 (29 is ~1.3 us slower at 1 tile a split); few "
     "heads: 27",
+    35: "H > 16: 33 with Q K^T's 36 k-steps as a run-time loop over 9 blocks of 4 (unrolled, ptxas "
+    "kept all 72 descriptors in registers across the tile loop and spilled group 1); few heads: 27",
+    36: "H > 16: 29 with 35's k-step loop; few heads: 27",
 }
 DEFAULT_VARIANT = 34
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 35)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 37)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
 # few heads: the decode call merges its splits itself (csrc's combine kernel; 27, 28 at 2 splits:
 # the cluster), up to this many
-CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 35), 4)
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 37), 4)
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

@@ -788,27 +788,29 @@ __device__ __forceinline__ void store_out(const DecodeParams& p, const float (&o
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int head = h0 + (half ? r1 : r0);
+    const bool ok = head < p.heads;  // every lane shuffles; only these store
     const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
     const float lse2 = lt[half] > 0.f ? mt[half] + log2f(lt[half]) : -kInf;
-    float2 v[32];
+    uint16_t* dst16 = p.out + b * p.stride_ob + static_cast<int64_t>(head) * p.stride_oh +
+                      256 * w + col;
+    float* dst32 = p.opart + (part + head) * 512 + 256 * w + col;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < 32; ++j) {  // one pair at a time: no [32] array live next to o
       const float a = o[4 * j + 2 * half] * inv, c = o[4 * j + 2 * half + 1] * inv;
       const float got = __shfl_xor_sync(0xffffffffu, low ? c : a, 2);
-      v[j] = low ? make_float2(a, got) : make_float2(got, c);
+      const float x = low ? a : got, y = low ? got : c;
+      if (ok) {
+        if (p.nsplit == 1)
+          *reinterpret_cast<__nv_bfloat162*>(dst16 + 8 * j) = __floats2bfloat162_rn(x, y);
+        else
+          *reinterpret_cast<float2*>(dst32 + 8 * j) = make_float2(x, y);
+      }
     }
-    if (head >= p.heads) continue;
-    if (p.nsplit == 1) {  // final output
-      uint16_t* dst = p.out + b * p.stride_ob + head * p.stride_oh + 256 * w + col;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) = __floats2bfloat162_rn(v[j].x, v[j].y);
-      if (w == 0 && c4 == 0) p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
-    } else {  // this split's normalized partial and its log2-sum-exp
-      float* dst = p.opart + (part + head) * 512 + 256 * w + col;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = v[j];
-      if (w == 0 && c4 == 0) p.lpart[part + head] = lse2;
+    if (ok && w == 0 && c4 == 0) {
+      if (p.nsplit == 1)
+        p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
+      else
+        p.lpart[part + head] = lse2;
     }
   }
 }
@@ -1006,8 +1008,9 @@ __device__ __forceinline__ void softmax_lazy(float (&s)[32], const uint8_t* vali
 }
 
 // kPerm, kStamp: variants 29-31 (load_q / store_out in decode_chunk_lean's dim order; variant
-// 31's stamps). kSoft: variant 33's softmax (softmax_lazy).
-template <bool kEarly, bool kPerm = false, bool kStamp = false, bool kSoft = false>
+// 31's stamps). kSoft: variant 33's softmax (softmax_lazy). kLoopK: variants 35, 36 (issue_qk64).
+template <bool kEarly, bool kPerm = false, bool kStamp = false, bool kSoft = false,
+          bool kLoopK = false>
 __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 0..127
@@ -1035,10 +1038,24 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   auto issue_qk64 = [&](int st) {
     const uint64_t dk = desc(kv_addr + st * kTileBytes, 16, 1024);
     wgmma_fence();
+    if constexpr (kLoopK) {
+      // variants 35, 36: a run-time loop over the 9 blocks of 64 dims, 4 k-steps each unrolled:
+      // with all 36 unrolled, ptxas computed the 72 descriptors once and kept them in registers
+      // across the tile loop (R2UR into uniform registers every tile), which pushed group 1 into
+      // spilling them (v33: 3 local loads a tile, right before the wgmmas)
+#pragma unroll 1
+      for (int kb = 0; kb < 9; ++kb) {
+        const uint32_t boff = (kb * kBlockBytes) >> 4;
 #pragma unroll
-    for (int kk = 0; kk < 36; ++kk) {  // 576 dims, 16 a step: 4 steps per 128-byte row
-      const uint32_t off = ((kk >> 2) * kBlockBytes + (kk & 3) * 32) >> 4;
-      wgmma_qk64(s, dq + off, dk + off, kk > 0);
+        for (int q4 = 0; q4 < 4; ++q4)
+          wgmma_qk64(s, dq + boff + 2 * q4, dk + boff + 2 * q4, (kb | q4) > 0);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 36; ++kk) {  // 576 dims, 16 a step: 4 steps per 128-byte row
+        const uint32_t off = ((kk >> 2) * kBlockBytes + (kk & 3) * 32) >> 4;
+        wgmma_qk64(s, dq + off, dk + off, kk > 0);
+      }
     }
     wgmma_commit();
   };
@@ -2586,8 +2603,10 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   const uint32_t bar = smem_u32(smem + kOffBar);
   // 29-33 (issue 51): the lean decode; 30, 32: group 2 decodes dims 256..511; 31, 32: stamps;
   // 33: softmax_lazy
-  constexpr bool kLean = kVariant >= 29 && kVariant <= 33;
-  constexpr bool kSoft = kVariant == 33;
+  // 35 = 33, 36 = 29, each with Q K^T's k-steps in a run-time loop over 9 blocks (kLoopK)
+  constexpr bool kLean = kVariant >= 29 && kVariant <= 36 && kVariant != 34;
+  constexpr bool kSoft = kVariant == 33 || kVariant == 35;
+  constexpr bool kLoopK = kVariant == 35 || kVariant == 36;
   constexpr bool kG2 = kVariant == 30 || kVariant == 32;
   constexpr bool kStamp = kVariant == 31 || kVariant == 32;
   if (kStamp && threadIdx.x == 0) {
@@ -2608,7 +2627,7 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
       producer_lean<kG2, kStamp>(p, smem, b, t0, t1, ntiles);
     } else if (threadIdx.x < 256) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
-      consumer_qk<false, true, kStamp, kSoft>(p, smem, b, split, hb, ntiles);
+      consumer_qk<false, true, kStamp, kSoft, kLoopK>(p, smem, b, split, hb, ntiles);
     } else if constexpr (kG2) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(176));
       consumer_pv<true, true, kStamp>(p, smem, b, split, hb, ntiles);
@@ -2736,13 +2755,17 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 31:
     case 32:
     case 33:
-    case 34: {
+    case 34:
+    case 35:
+    case 36: {
       if (p.variant == 34 && p.heads > kFewHeads)
         return p.split_len > 2 * kTile ? launch<29>(p, stream) : launch<5>(p, stream);
       if (p.heads > kFewHeads) {
         switch (p.variant) {
           case 29: return launch<29>(p, stream);
           case 33: return launch<33>(p, stream);
+          case 35: return launch<35>(p, stream);
+          case 36: return launch<36>(p, stream);
           case 30: return launch<30>(p, stream);
           case 31: return launch<31>(p, stream);
           default: return launch<32>(p, stream);
