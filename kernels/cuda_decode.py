@@ -9,7 +9,9 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 (6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
 kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). The default, 27 (round 11): with more than 8 tiles a
+(kernels/README.md, "The CUDA kernel"). The default, 34 (issue 51): at H > 16 variant 29's
+64-head kernel (a leaner producer decode, Q and the output in its dim order) above 2 tiles a
+split, else variant 5's; at H <= 16 variant 27 (round 11): with more than 8 tiles a
 split, two consumer groups on alternate tiles, each waiting after every wgmma batch for the one
 before (so that both fit 224 registers with no serialized wgmma; variant 24), else one group (16);
 at 2 splits the two splits of a query run as a cluster of two CTAs that merge their partials
