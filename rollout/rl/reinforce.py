@@ -159,6 +159,7 @@ def _step(step: int, rollouts: Rollouts, model: Any, optimizer: Any, replay: Ses
             "mixed_groups": sum(g.mixed for g in groups),
             **ratios.summary(), "lags": {str(k): v for k, v in sorted(lags.items())},
             "groups_dropped": rollouts.group_stats.dropped,
+            "groups_carried": rollouts.group_stats.carried[-1],
             "wait_s": round(waited, 2), "train_s": round(trained, 2),
             "update_s": round(times["total_s"], 2)}
 

@@ -123,6 +123,8 @@ def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version()
                     fence=Versions([0, 1, 1], [False, True, True]))
     assert len(door.prompts) == 3 and door.prompts[0] == door.prompts[1]  # the same turn again
     assert [(t["policy_version"], t["resampled"]) for t in rec["turns"]] == [(1, 1), (1, 0)]
+    thrown = len(RENDERER.encode(call("run_tests")))  # what the dropped sample had sampled
+    assert [t["discarded_tokens"] for t in rec["turns"]] == [thrown, 0]
     assert [t["policy_checkpoint"] for t in rec["turns"]] == ["digest-1", "digest-1"]
     assert rec["policy_version"] == 1 and rec["policy_versions"] == [1]
     # an engine aborted the request (abort mode): its partial tokens are never recorded
@@ -130,6 +132,7 @@ def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version()
                     fence=Versions([0, 1, 1], [True, True, True]))
     assert [(t["policy_version"], t["resampled"], t["finish_reason"]) for t in rec["turns"]] \
         == [(1, 1, "stop"), (1, 0, "stop")]
+    assert rec["turns"][0]["discarded_tokens"] == len(RENDERER.encode("<tool_call>run"))
 
 
 def test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked():
@@ -268,7 +271,7 @@ def test_a_turn_an_update_cut_goes_on_from_its_tokens_when_asked_and_says_who_sa
     assert door.grammars[1] is door.grammars[0]  # the same grammar, resumed mid-call
     assert [(p["version"], p["checkpoint"], p["tokens"]) for p in first["parts"]] == [
         (0, "digest-0", 3), (1, "digest-1", len(cut) - 3)]
-    assert (first["policy_version"], first["resampled"]) == (0, 0)
+    assert (first["policy_version"], first["resampled"], first["discarded_tokens"]) == (0, 0, 0)
     assert first["tool_calls"][0]["name"] == "run_tests" and first["tool_calls"][0]["valid"]
     sampled = [v for v, m in zip(rec["token_versions"], rec["loss_mask"], strict=True) if m]
     assert sampled[:len(cut)] == [0] * 3 + [1] * (len(cut) - 3)
@@ -278,3 +281,4 @@ def test_a_turn_an_update_cut_goes_on_from_its_tokens_when_asked_and_says_who_sa
                     fence=Versions([0, 1, 1], [False, True, True]))
     assert door.resumed[1] is None and door.prompts[1] == door.prompts[0]
     assert [p["version"] for p in rec["turns"][0]["parts"]] == [1]
+    assert rec["turns"][0]["discarded_tokens"] == 3

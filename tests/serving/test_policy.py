@@ -62,15 +62,15 @@ class Engine(EngineControl):
     the step and the version at which it fails, `reports` a version it reports whatever it
     loaded."""
 
-    def __init__(self, name, fail=(), reports=None):
+    def __init__(self, name, fail=(), reports=None, error=PolicyUpdateError):
         super().__init__(name, "http://unused")
-        self.steps, self.fail, self.reports = [], set(fail), reports
+        self.steps, self.fail, self.reports, self.error = [], set(fail), reports, error
         self.loaded = "0:served"
 
     def _step(self, step, version=None):
         self.steps.append(step if version is None else f"{step}:{version}")
         if (step, version) in self.fail:
-            raise PolicyUpdateError(f"engine {self.name}: {step} failed")
+            raise self.error(f"engine {self.name}: {step} failed")
 
     def pause(self, mode):
         self._step(f"pause:{mode}")
@@ -122,6 +122,20 @@ def test_one_engine_failing_puts_every_engine_back_on_the_previous_weights():
     assert ok.steps == ["pause:wait", "load:2", "load:1", "invalidate", "resume"]
     assert bad.steps == ["pause:wait", "load:2", "load:1", "invalidate", "resume"]
     assert published == [V1]
+
+
+@pytest.mark.parametrize("error", [NameError, RuntimeError, ConnectionResetError])
+def test_any_error_in_a_step_puts_the_engines_back_and_never_leaves_them_paused(error):
+    """Not only the errors an engine answers with: a bug or a dropped connection inside the
+    update rolls back and resumes as well (a job left with paused engines waits forever)."""
+    ok, bad = Engine("agg0"), Engine("agg1", fail={("load", 2)}, error=error)
+    with pytest.raises(PolicyUpdateError, match=rf"again: {error.__name__}: engine agg1"):
+        update_fleet([ok, bad], V2, V1, "abort")
+    assert ok.steps[-3:] == bad.steps[-3:] == ["load:1", "invalidate", "resume"]
+    worse = [Engine("agg0", fail={("load", 2), ("load", 1)}, error=error)]
+    with pytest.raises(FleetBroken, match=r"going back to 1:a+ failed too \(engine agg0: load"):
+        update_fleet(worse, V2, V1, "abort")
+    assert "resume" not in worse[0].steps
 
 
 def test_an_engine_reporting_other_weights_after_the_load_is_an_update_that_failed():

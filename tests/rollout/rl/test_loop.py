@@ -88,12 +88,13 @@ def test_no_group_older_than_k_is_ever_handed_to_the_trainer(k, served, groups, 
 
 def test_a_group_exactly_k_versions_old_is_handed_over_and_one_more_is_not():
     rollouts = _rollouts(k=2, served=5)
+    rollouts.source.started = 2  # the two below, both finished
     rollouts._ready.put(_group("old", [2, 5]))  # oldest token 3 versions back
     rollouts._ready.put(_group("edge", [3, 4]))  # 2 back: the bound itself
     [got] = rollouts.next_groups(1, timeout_s=0.01)
     assert (got.group_id, got.lag) == ("edge", 2)
     assert rollouts.group_stats.as_dict() == {"handed": 1, "dropped": 1, "resampled": 0,
-                                              "lags": {"2": 1}}
+                                              "lags": {"2": 1}, "carried": [0]}
     with pytest.raises(TimeoutError):
         rollouts.next_groups(1, timeout_s=0.01)
 
@@ -103,3 +104,19 @@ def test_a_bad_bound_is_refused_before_anything_starts():
         Rollouts(["+experiment=rl_loop"], max_off_policy_steps=-1)
     with pytest.raises(ConfigError, match="stale_groups"):
         Rollouts(["+experiment=rl_loop"], stale_groups="keep")
+
+
+def test_a_step_takes_the_first_groups_to_finish_and_counts_those_still_sampling():
+    """Over-sampling with early stop: `ahead` groups sample at once, a step takes the first
+    that finish, the others go on into the next step and are counted there."""
+    rollouts = _rollouts(k=None)
+    rollouts.source = GroupSource(["a", "b", "c"], samples=1, ahead=3)
+    started = _drain(rollouts.source)  # three groups sampling
+    assert len(started) == 3
+    rollouts._ready.put(_group("c", [0]))  # the last started finishes first
+    rollouts._ready.put(_group("a", [0]))
+    assert [g.group_id for g in rollouts.next_groups(1, timeout_s=0.01)] == ["c"]
+    assert rollouts.group_stats.carried == [1]  # a is done and waits; b still samples
+    assert [j.task_id for j in _drain(rollouts.source)] == ["a"]  # c's place: a new group
+    assert [g.group_id for g in rollouts.next_groups(1, timeout_s=0.01)] == ["a"]
+    assert rollouts.group_stats.carried == [1, 2]  # b and the new one
