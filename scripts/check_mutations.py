@@ -146,6 +146,10 @@ MUTATIONS = [
       "test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv[embedded]",
       "tests/e2e/test_policy_update.py::"
       "test_a_turn_cut_by_an_update_goes_on_under_the_new_weights[embedded]"]),
+    ("a CPU engine winds a split prefill's seeded generator back by offset (e2e)",
+     "serving/vllm_engine.py", '        env[CPU_SEEDS_ENV] = "1"\n', "",
+     ["tests/e2e/test_split_prefill.py::"
+      "test_a_seeded_request_draws_the_same_whether_its_prefill_was_split_or_not"]),
     ("a turn cut by an update resumes its grammar from the start (e2e)", "serving/frontdoor.py",
      '        return {"guided_grammar": f"{GRAMMAR_PREFIX_LINE}{len(resume)}\\n{grammar.ebnf}"}',
      '        return {"guided_grammar": grammar.ebnf}',

@@ -13,6 +13,7 @@ from rollfleet.run_dir import RunDir
 from serving.config import LOGPROBS_MODES, ModelConfig, ServingConfig
 from serving.engine.plugin import (
     BEHAVIOUR_LOGPROBS_ENV,
+    CPU_SEEDS_ENV,
     FORK_ENGINE_CORE_ENV,
     GRAMMAR_RESUME_ENV,
     SAFE_GRAMMARS_ENV,
@@ -80,6 +81,7 @@ def engine_env(c: ServingConfig, cache: Path, scratch: Path) -> dict[str, str]:
         # with the worker process, 41-44 s without; decoding alike.
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env[FORK_ENGINE_CORE_ENV] = "1"  # see serving/engine/plugin.py
+        env[CPU_SEEDS_ENV] = "1"
     # see serving/engine/plugin.py
     env[BEHAVIOUR_LOGPROBS_ENV if c.logprobs == "behaviour" else UNMASKED_LOGPROBS_ENV] = "1"
     env.update(c.extra_env)

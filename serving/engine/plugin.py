@@ -42,6 +42,15 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
    guard) accepts them first, so the first token sampled is masked as it would have been had
    the turn never stopped; a prefix the grammar refuses fails the request.
 
+8. Seeded requests whose prefill is split, on CPU (ROLLFLEET_CPU_SEEDS). A request whose prompt
+   is prefilled over several steps (chunked prefill) samples a token at each partial step that
+   vLLM throws away, and then winds its seeded generator back by its offset: CUDA generators
+   have one, CPU generators do not, and vLLM 0.31's CPU engine dies at the first such step
+   ("RuntimeError: CPU Generator does not use offset", seen with eight sessions of ~1,300-token
+   prompts). Every request of the project is seeded. The state of each such CPU generator is
+   kept before the step samples and put back where vLLM winds it back, so the request draws
+   exactly what it would have drawn had its prefill not been split.
+
 3. Grammars that hold (ROLLFLEET_SAFE_GRAMMARS), two parts:
    - UTF-8: xgrammar 0.2.7 lets overlong byte forms through a grammar of characters, so every
      grammar's token mask is narrowed by serving/toolcall/utf8.py (only tokens that continue
@@ -86,6 +95,7 @@ GRAMMAR_PREFIX_LINE = f"# {GRAMMAR_PREFIX_ARG}="  # an EBNF's first line: the pr
 SAFE_GRAMMARS_ENV = "ROLLFLEET_SAFE_GRAMMARS"
 WEIGHT_UPDATES_ENV = "ROLLFLEET_WEIGHT_UPDATES"
 FORK_ENGINE_CORE_ENV = "ROLLFLEET_FORK_ENGINE_CORE"
+CPU_SEEDS_ENV = "ROLLFLEET_CPU_SEEDS"
 GRAMMAR_CACHE_SIZE = 64  # whole compiled grammars an engine keeps
 _UNMASKED = "_rollfleet_unmasked_logprobs"  # attribute carried by the step's logits tensor
 
@@ -326,6 +336,53 @@ def fork_engine_core() -> None:
     cpu.check_and_update_config = classmethod(check_then_fork)
 
 
+class _StateRewind:
+    """A CPU generator as vLLM's wind-back sees it: winding back puts back `state`."""
+
+    def __init__(self, generator: Any, state: Any) -> None:
+        self.generator, self.state = generator, state
+
+    def get_offset(self) -> int:
+        return 0
+
+    def set_offset(self, offset: int) -> None:
+        self.generator.set_state(self.state)
+
+
+def rewind_cpu_seeds() -> None:
+    """Split prefills of seeded requests on CPU wind back by state, not offset (part 8)."""
+    import numpy as np
+
+    runner = importlib.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+    sample, bookkeep = runner._sample, runner._bookkeeping_sync
+    if getattr(sample, "keeps_states", False):
+        return
+
+    def sample_keeping_states(self: Any, *args: Any, **kwargs: Any) -> Any:
+        batch = self.input_batch
+        self._rollfleet_states = {
+            int(i): gen.get_state()
+            for i in np.nonzero(self.discard_request_mask.np[:batch.num_reqs])[0]
+            if (gen := batch.generators.get(int(i))) is not None and gen.device.type == "cpu"}
+        return sample(self, *args, **kwargs)
+
+    def bookkeep_by_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generators = self.input_batch.generators
+        states = getattr(self, "_rollfleet_states", {})
+        real = {i: generators[i] for i in states if i in generators}
+        for i, gen in real.items():
+            generators[i] = _StateRewind(gen, states[i])
+        try:
+            return bookkeep(self, *args, **kwargs)
+        finally:
+            generators.update(real)
+            self._rollfleet_states = {}
+
+    sample_keeping_states.keeps_states = True
+    runner._sample = sample_keeping_states
+    runner._bookkeeping_sync = bookkeep_by_state
+
+
 def register() -> None:
     delay = os.environ.get(NIXL_PROGRESS_DELAY_ENV)
     if delay:
@@ -342,3 +399,5 @@ def register() -> None:
         repack_updated_experts()
     if os.environ.get(FORK_ENGINE_CORE_ENV) == "1":
         fork_engine_core()
+    if os.environ.get(CPU_SEEDS_ENV) == "1":
+        rewind_cpu_seeds()
