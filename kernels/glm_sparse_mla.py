@@ -1,5 +1,5 @@
 """One GLM-5.x layer's sparse MLA decode over the paged NVFP4 cache: the compute entry point an
-attention backend calls (serving/nvfp4_sparse_mla.py names it; this module imports no vLLM).
+attention backend calls (serving/engine/nvfp4_sparse_mla.py names it; this module imports no vLLM).
 
 Absorbed MLA decode (DeepSeek-V2's weight absorption, as vLLM's MLA backends run it): the query's
 no-rope part is projected into the 512-dim latent space by W_UK, concatenated with its rope part

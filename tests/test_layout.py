@@ -16,7 +16,7 @@ MAY_IMPORT = {  # package -> the project's packages it may import
     "rollfleet": set(),
     "kernels": set(),
     "envs": {"rollfleet"},
-    "serving": {"rollfleet"},
+    "serving": {"rollfleet", "kernels"},  # design.md: serving may use kernels
     "planner": {"rollfleet", "kernels", "serving"},
     "rollout": {"rollfleet", "envs", "serving"},
 }

@@ -1,9 +1,9 @@
-"""serving/nvfp4_sparse_mla.py on CPU: the backend registers as vLLM's CUSTOM attention backend,
-vLLM's own validation accepts it for GLM-5.x's sparse MLA on sm_90 and refuses it elsewhere, and
-its compute entry point resolves (the kernel itself is tested on the GPU in tests/kernels)."""
+"""serving/engine/nvfp4_sparse_mla.py on CPU: the backend registers as vLLM's CUSTOM attention
+backend, vLLM's own validation accepts it for GLM-5.x's sparse MLA on sm_90 and refuses it
+elsewhere, and its compute entry point resolves (the kernel itself is tested on the GPU in
+tests/kernels)."""
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ pytest.importorskip("vllm")
 from vllm.platforms.interface import DeviceCapability  # noqa: E402
 from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E402
 
-from serving import nvfp4_sparse_mla as mod  # noqa: E402
+from serving.engine import nvfp4_sparse_mla as mod  # noqa: E402
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_register_makes_it_vllms_custom_backend(registered) -> None:
     assert AttentionBackendEnum.CUSTOM.is_overridden()
     assert AttentionBackendEnum.CUSTOM.get_class() is mod.Nvfp4SparseMLABackend
     assert AttentionBackendEnum.CUSTOM.get_path() == (
-        "serving.nvfp4_sparse_mla.Nvfp4SparseMLABackend"
+        "serving.engine.nvfp4_sparse_mla.Nvfp4SparseMLABackend"
     )
     assert registered.get_name() == "ROLLFLEET_NVFP4_SPARSE_MLA"
     assert registered.get_impl_cls() is mod.Nvfp4SparseMLAImpl
@@ -72,7 +72,8 @@ def test_kv_cache_is_one_352_byte_row_per_token(registered) -> None:
 
 
 def test_compute_entry_point_resolves_and_imports_no_vllm() -> None:
-    entry = importlib.import_module(mod.ENTRY_POINT)
+    from kernels import glm_sparse_mla as entry
+
     assert callable(entry.sparse_mla_decode_layer) and callable(entry.topk_to_slots)
     tree = ast.parse(Path(entry.__file__).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

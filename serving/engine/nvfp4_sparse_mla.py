@@ -6,9 +6,8 @@ What it declares: MLA, sparse, head size 576 (512 latent + 64 rope), bf16 activa
 `nvfp4_ds_mla` cache dtype in this project's 352-byte row (kernels/README.md: 256 B of E2M1
 pairs, 64 B of E4M3 rope, 32 E4M3 block scales; not vLLM's own SM100 layout of that name), pages
 of 64 tokens, compute capability 9.x only, no sinks, no multimodal prefix. Its compute is
-`kernels.glm_sparse_mla` (the CUDA sm_90a kernel behind one call; no vLLM there), reached by
-name at run time: tests/test_layout.py keeps `serving` from importing `kernels`, and the
-backend needs it only on a GPU, when vLLM asks for the implementation.
+`kernels.glm_sparse_mla` (the CUDA sm_90a kernel behind one call; no vLLM there), imported when
+vLLM first runs the implementation: only a GPU engine builds the kernel.
 
 Not done (issue 51): the engine-side wiring. vLLM's sparse MLA impls also own the prefill path,
 the indexer's shared top-k buffer and its logical-to-physical index groups
@@ -18,23 +17,17 @@ indexer's per-request top-k token positions, and nothing has run it inside an en
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, ClassVar
 
 import torch
 from vllm.v1.attention.backend import AttentionBackend
 from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-ENTRY_POINT = "kernels.glm_sparse_mla"  # sparse_mla_decode_layer, topk_to_slots
 KV_CACHE_DTYPE = "nvfp4_ds_mla"
 ROW_BYTES = 352  # one token's latent row (kernels.kv_formats.ROW_BYTES[NVFP4])
 HEAD_SIZE = 576  # kv_lora_rank 512 + qk_rope_head_dim 64
 BLOCK_SIZE = 64  # tokens per page: the kernel's tile
 NAME = "ROLLFLEET_NVFP4_SPARSE_MLA"
-
-
-def _entry() -> Any:
-    return importlib.import_module(ENTRY_POINT)
 
 
 class Nvfp4SparseMLAImpl:
@@ -54,10 +47,11 @@ class Nvfp4SparseMLAImpl:
         """q [B, H, 576] bf16 (W_UK already absorbed, as vLLM's MLA layer hands it), the paged
         cache [blocks, 64, 352] uint8, block_table [B, max_blocks], seq_lens [B], the indexer's
         top-k token positions [B, topk] (-1 = none) -> (latent out [B, H, 512] bf16, lse [B, H])."""
-        entry = _entry()
-        slots = entry.topk_to_slots(topk_tokens, block_table, seq_lens, kv_cache.shape[1])
-        cuda = importlib.import_module("kernels.cuda_decode")
-        return cuda.sparse_mla_decode_cuda(q, kv_cache, slots, self.scale)
+        from kernels.cuda_decode import sparse_mla_decode_cuda
+        from kernels.glm_sparse_mla import topk_to_slots
+
+        slots = topk_to_slots(topk_tokens, block_table, seq_lens, kv_cache.shape[1])
+        return sparse_mla_decode_cuda(q, kv_cache, slots, self.scale)
 
 
 class Nvfp4SparseMLABackend(AttentionBackend):
