@@ -13,8 +13,10 @@ updates the weights in the mode chosen (rollout.update_mode; rollout/rl/policy_u
   computed again with the new weights on resume; such a turn holds tokens of both versions, so
   it too is sampled again (its first sample is never recorded).
 
-A turn is recorded only if no pause fell inside it, so no recorded turn holds tokens of two
-versions. Without a board (a plain run) every turn is version 0.
+- `continue`: the engines pause as in `abort`; a turn the pause cut goes on under the new
+  weights from its tokens so far, and records which version sampled which (its `parts`).
+Otherwise a turn is recorded only if no pause fell inside it, so no recorded turn holds tokens
+of two versions unbeknown. Without a board (a plain run) every turn is version 0.
 """
 
 from __future__ import annotations
