@@ -173,12 +173,12 @@ class Session:
     async def _sample(self, n: int, budget: int, seed: int
                       ) -> tuple[ToolTurn, list[TurnPart], list[int]]:
         """One turn, each of its tokens tagged with the policy that sampled it: (turn, its parts
-        (version, checkpoint digest, tokens), the tokens of each attempt an update cut short
-        and that was sampled again). An update cuts a turn by aborting its request (the
-        engines' pause): with `continue_turns` the turn goes on from its tokens so far under
-        the new weights, else it is sampled again whole. A turn whose request ran across a
-        pause without being cut (it reached the engine once it was paused) is sampled again in
-        either case: where its tokens changed policy cannot be told."""
+        (version, checkpoint digest, tokens), the tokens of each attempt an update spoiled and
+        that were sampled again). An update cuts a turn by aborting its request (the engines'
+        pause): with `continue_turns` the turn goes on from its tokens so far under the new
+        weights, else it is sampled again whole. An attempt whose tokens may be of two
+        versions (a pause fell inside it and it was not cut, or two fell inside it) is sampled
+        again from the last point whose version is known."""
         key = f"{self.session_id}:{n}"
         thrown: list[int] = []
         parts, so_far = [], None
@@ -190,19 +190,19 @@ class Session:
                                                   self.env.tools, budget, seed, self.session_id,
                                                   self._experts_from(), so_far)
             finally:
-                whole = await self.fence.end(key)
+                pauses = await self.fence.end(key)
             new = len(done.generation.token_ids) - sum(p.tokens for p in parts)
-            if done.generation.finish_reason == "abort" and self.limits.continue_turns:
-                if new:  # cut by an update: what was sampled stays, tagged with its policy
+            cut = done.generation.finish_reason == "abort"
+            if cut and self.limits.continue_turns and pauses <= 1:
+                if new:  # sampled before the cut: it stays, tagged with its policy
                     parts.append(TurnPart(version, checkpoint, new))
                     so_far = done
                 continue
-            if whole and done.generation.finish_reason != "abort":
+            if not cut and pauses == 0:
                 if new or not parts:
                     parts.append(TurnPart(version, checkpoint, new))
                 return done, parts, thrown
-            thrown.append(len(done.generation.token_ids))
-            parts, so_far = [], None
+            thrown.append(new)  # where these tokens changed policy cannot be told
 
     def _experts_from(self) -> int:
         """Where this turn's MoE routing starts: the last turn's last sampled token (no turn

@@ -94,9 +94,19 @@ MUTATIONS = [
      ["tests/serving/toolcall/test_utf8.py::"
       "test_a_grammar_of_characters_refuses_overlong_forms_once_guarded"]),
     ("a turn an update cut short is recorded anyway", "rollout/session.py",
-     '            if whole and done.generation.finish_reason != "abort":', "            if True:",
+     "            if not cut and pauses == 0:", "            if True:",
      ["tests/rollout/test_session.py::"
       "test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version"]),
+    ("a continued turn keeps what ran across two pauses", "rollout/session.py",
+     "            if cut and self.limits.continue_turns and pauses <= 1:",
+     "            if cut and self.limits.continue_turns:",
+     ["tests/rollout/test_session.py::test_a_continued_request_two_pauses_fell_inside_is_"
+      "sampled_again_from_the_last_known_point"]),
+    ("KV arriving during a load is let land on the new weights", "serving/policy.py",
+     "            _go_back(controls, loaded, previous, mode, publish)\n            loaded.clear()",
+     "            on_all(controls, lambda c: c.settle(mode))",
+     ["tests/serving/test_policy.py::"
+      "test_an_engine_never_runs_on_new_weights_before_its_cache_is_dropped"]),
     ("sessions outlive the policy lag bound", "rollout/session.py",
      "        if lag is not None and version - self.first_version > lag:", "        if False:",
      ["tests/rollout/test_session.py::"

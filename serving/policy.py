@@ -2,11 +2,14 @@
 read back before anything samples again.
 
 An update is: pause every engine (turns in flight wait, are aborted, or are kept, by `mode`),
-load the checkpoint on every engine (vLLM's `reload_weights`: the model's own loader over the
-folder's safetensors, the engine's weight version set to the checkpoint's label), publish the
-new served policy (the KV tier's connectors key their blocks by it), drop every KV computed with
-the old weights (the prefix cache, running requests' KV, and the tier connector's namespace: a
-cache reset whose result is checked), read every engine's weight version back, resume. If one
+let what would keep an engine's cache from being dropped run out on the old weights (a decode
+worker's request waiting for its KV: nothing runs on new weights before every cache is
+dropped), load the checkpoint on every engine (vLLM's `reload_weights`: the model's own loader
+over the folder's safetensors, the engine's weight version set to the checkpoint's label),
+publish the new served policy (the KV tier's connectors key their blocks by it), drop every KV
+computed with the old weights (the prefix cache, running requests' KV, and the tier
+connector's namespace: a cache reset whose result is checked), read every engine's weight
+version back, resume. If one
 engine fails or reports another version, every engine goes back to the previous checkpoint the
 same way, so the fleet never serves two versions; if that fails too, or the resume does, the
 error (`FleetBroken`) names every engine and the version it reports, and nothing resumes.
@@ -36,6 +39,12 @@ log = logging.getLogger(__name__)
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"  # vLLM's update routes (on loopback, like the server)
 REMOTE_KV_WAIT_S = 30.0  # how long a decode worker's reset waits out a request's KV in transit
 RESET_TRIES = 5  # a vLLM cache reset refused while blocks are held (async saves) is tried again
+SWITCH_TRIES = 3  # loads undone because KV reached an engine meanwhile, before the update fails
+
+
+class KvInTransit(PolicyUpdateError):
+    """An engine holds a request waiting for its KV from another engine: its cache cannot be
+    dropped until that lands, which takes running it."""
 
 
 class FleetBroken(PolicyUpdateError):
@@ -92,10 +101,15 @@ class EngineControl:
         """The checkpoint's weights, and its label as the engine's weight version."""
         raise NotImplementedError
 
+    def settle(self, mode: str) -> None:
+        """Paused, before the load: whatever keeps `invalidate` from working later (a request
+        waiting on something outside the engine) is let run out now, on the weights it began
+        on, so that nothing ever runs on new weights over old KV. Most engines have nothing."""
+
     def invalidate(self, mode: str) -> None:
         """Drop every cached KV block, running requests' and the host tier's included (its
-        connector moves to the served policy's namespace); PolicyUpdateError unless the engine
-        says it did."""
+        connector moves to the served policy's namespace), without running anything;
+        PolicyUpdateError unless the engine says it did."""
         raise NotImplementedError
 
     def version(self) -> str:
@@ -163,29 +177,37 @@ class DynamoControl(EngineControl):
         self._engine("update_weights_from_disk", {"model_path": checkpoint.path,
                                                   "weight_version": checkpoint.label})
 
-    def invalidate(self, mode: str) -> None:
-        # A pause with clear_cache is the one route of Dynamo 1.6.1 whose cache reset reaches
-        # the KV connector, drops running requests' KV and reports a failure (its flush and
-        # update routes do neither). The engine is paused already; `keep` leaves it so.
+    def settle(self, mode: str) -> None:
+        # vLLM 0.31 cannot drop a decode engine's cache while a request there waits for its KV
+        # from the prefill worker (seen in the loop benchmark: a request that reached the
+        # decode worker as the fleet paused, or a cancelled one's leftover). In wait and abort
+        # modes nothing of ours runs on: resume so that it lands and ends (on the weights it
+        # began on, which is why this runs before the load), and try again. In keep mode the
+        # turns kept would run on, so it fails instead.
         deadline = time.monotonic() + REMOTE_KV_WAIT_S
         while True:
             try:
-                self._engine("pause_generation", {"mode": "keep", "clear_cache": True})
+                self.invalidate(mode)
                 return
-            except PolicyUpdateError as exc:
-                # vLLM 0.31 cannot drop a decode engine's cache while a request there waits
-                # for its KV from the prefill worker (seen in the loop benchmark, with no turn
-                # of ours in flight: a finished or cancelled request's leftover). In wait and
-                # abort modes nothing of ours runs on: resume so that it lands and ends, then
-                # reset again. In keep mode the turns kept would run on, so it fails instead.
-                if ("remote KV" not in str(exc) or mode == "keep"
-                        or time.monotonic() > deadline):
+            except KvInTransit:
+                if mode == "keep" or time.monotonic() > deadline:
                     raise
                 log.info("engine %s: a request still waits for its KV; resetting again",
                          self.name)
                 self._engine("resume_generation", {})
                 time.sleep(0.5)
                 self._engine("pause_generation", {"mode": mode, "clear_cache": False})
+
+    def invalidate(self, mode: str) -> None:
+        # A pause with clear_cache is the one route of Dynamo 1.6.1 whose cache reset reaches
+        # the KV connector, drops running requests' KV and reports a failure (its flush and
+        # update routes do neither). The engine is paused already; `keep` leaves it so.
+        try:
+            self._engine("pause_generation", {"mode": "keep", "clear_cache": True})
+        except PolicyUpdateError as exc:
+            if "remote KV" in str(exc):
+                raise KvInTransit(str(exc)) from None
+            raise
 
     def version(self) -> str:
         return str(self._engine("get_weight_version", {}).get("version"))
@@ -250,7 +272,7 @@ def switch_to(controls: list[EngineControl], checkpoint: PolicyCheckpoint, mode:
 def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
                  previous: PolicyCheckpoint, mode: str,
                  publish: Callable[[PolicyCheckpoint], None] = lambda c: None) -> UpdateTimes:
-    """Pause, load, publish, invalidate, check, resume every engine (see the module's
+    """Pause, settle, load, publish, invalidate, check, resume every engine (see the module's
     docstring). `publish` makes a checkpoint the served one for whatever keys by it (the KV
     tier); it runs before the caches are dropped."""
     if mode not in PAUSE_MODES:
@@ -258,20 +280,20 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
     t0 = time.perf_counter()
     try:
         on_all(controls, lambda c: c.pause(mode))
+        on_all(controls, lambda c: c.settle(mode))
     except Exception:  # nothing switched yet: serve on, on the old weights
         on_all(controls, _resume_quietly)
         raise
     t1 = time.perf_counter()
     loaded: list[EngineControl] = []
     try:
-        weights_s, invalidate_s = switch_to(controls, checkpoint, mode, publish, loaded)
+        weights_s, invalidate_s = _switch_settled(controls, checkpoint, previous, mode,
+                                                  publish, loaded)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the engines must not stay paused
         log.error("policy update to %s failed (%s); every engine goes back to %s",
                   checkpoint.label, exc, previous.label)
         try:
-            on_all(loaded, lambda c: c.load(previous))
-            publish(previous)
-            on_all(controls, lambda c: c.invalidate(mode))
+            _go_back(controls, loaded, previous, mode, publish)
             check_versions(controls, previous)
         except Exception as back:  # noqa: BLE001 - named in FleetBroken
             raise FleetBroken(
@@ -285,6 +307,35 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
     t2 = time.perf_counter()
     _resume_or_break(controls, checkpoint)
     return UpdateTimes(t1 - t0, weights_s, invalidate_s, time.perf_counter() - t2)
+
+
+def _switch_settled(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
+                    previous: PolicyCheckpoint, mode: str,
+                    publish: Callable[[PolicyCheckpoint], None],
+                    loaded: list[EngineControl]) -> tuple[float, float]:
+    """`switch_to`; where KV reached an engine while the new weights loaded (a request the
+    prefill worker had finished as the fleet paused), the engines go back to `previous`, let
+    it land there, and load again."""
+    for _ in range(SWITCH_TRIES - 1):
+        try:
+            return switch_to(controls, checkpoint, mode, publish, loaded)
+        except KvInTransit as exc:
+            log.info("KV reached an engine during the update to %s (%s); it lands on %s "
+                     "first", checkpoint.label, exc, previous.label)
+            _go_back(controls, loaded, previous, mode, publish)
+            loaded.clear()
+    return switch_to(controls, checkpoint, mode, publish, loaded)
+
+
+def _go_back(controls: list[EngineControl], loaded: list[EngineControl],
+             previous: PolicyCheckpoint, mode: str,
+             publish: Callable[[PolicyCheckpoint], None]) -> None:
+    """The engines that loaded anything load `previous` again; every engine settles (on the
+    weights its requests began on) and drops its cache."""
+    on_all(loaded, lambda c: c.load(previous))
+    publish(previous)
+    on_all(controls, lambda c: c.settle(mode))
+    on_all(controls, lambda c: c.invalidate(mode))
 
 
 def _resume_or_break(controls: list[EngineControl], checkpoint: PolicyCheckpoint) -> None:

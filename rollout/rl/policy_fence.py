@@ -14,7 +14,10 @@ updates the weights in the mode chosen (rollout.update_mode; rollout/rl/policy_u
   it too is sampled again (its first sample is never recorded).
 
 - `continue`: the engines pause as in `abort`; a turn the pause cut goes on under the new
-  weights from its tokens so far, and records which version sampled which (its `parts`).
+  weights from its tokens so far, and records which version sampled which (its `parts`). Only
+  a request one pause cut is taken so: one that two pauses fell inside (it reached an engine
+  after the first and ran on the new weights before the second cut it) holds tokens of an
+  unknown version, and only those are sampled again.
 Otherwise a turn is recorded only if no pause fell inside it, so no recorded turn holds tokens
 of two versions unbeknown. Without a board (a plain run) every turn is version 0.
 """
@@ -44,9 +47,10 @@ class PolicyBoard:
         self.in_flight[turn] = self.pauses
         return self.version, self.checkpoint
 
-    def end(self, turn: str) -> bool:
-        """Whether the turn ran whole on one version (no engine pause fell inside it)."""
-        return self.in_flight.pop(turn, self.pauses) == self.pauses
+    def end(self, turn: str) -> int:
+        """How many engine pauses fell inside the turn: none, and it ran whole on one version;
+        one, and what it sampled before the pause cut it is of its version."""
+        return self.pauses - self.in_flight.pop(turn, self.pauses)
 
     def start_update(self) -> None:
         """No turn begins until `finish_update`."""
@@ -82,8 +86,8 @@ class TurnFence:
             return 0, self.checkpoint
         return tuple(await self.board.begin.remote(turn))
 
-    async def end(self, turn: str) -> bool:
-        return True if self.board is None else await self.board.end.remote(turn)
+    async def end(self, turn: str) -> int:
+        return 0 if self.board is None else await self.board.end.remote(turn)
 
 
 def remote_board(version: int = 0, checkpoint: str = "") -> Any:

@@ -101,26 +101,26 @@ def test_each_turn_records_the_sampling_it_was_sent_with():
 
 
 class Versions(TurnFence):
-    """The board's answers, scripted: the version each `begin` gets, whether each turn ran
-    whole (False: an engine pause fell inside it)."""
+    """The board's answers, scripted: the version each `begin` gets, how many engine pauses
+    fell inside each attempt."""
 
-    def __init__(self, versions, whole):
+    def __init__(self, versions, pauses):
         super().__init__()
-        self.versions, self.whole = list(versions), list(whole)
+        self.versions, self.pauses = list(versions), list(pauses)
 
     async def begin(self, turn):
         version = self.versions.pop(0)
         return version, f"digest-{version}"
 
     async def end(self, turn):
-        return self.whole.pop(0)
+        return self.pauses.pop(0)
 
 
 def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version():
     """The first sample of turn 0 straddled an update (keep) or was aborted: it is dropped
     and the turn sampled again; every recorded turn names its version."""
     rec, door = run([call("run_tests"), call("run_tests"), call("submit")],
-                    fence=Versions([0, 1, 1], [False, True, True]))
+                    fence=Versions([0, 1, 1], [1, 0, 0]))
     assert len(door.prompts) == 3 and door.prompts[0] == door.prompts[1]  # the same turn again
     assert [(t["policy_version"], t["resampled"]) for t in rec["turns"]] == [(1, 1), (1, 0)]
     thrown = len(RENDERER.encode(call("run_tests")))  # what the dropped sample had sampled
@@ -129,19 +129,19 @@ def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version()
     assert rec["policy_version"] == 1 and rec["policy_versions"] == [1]
     # an engine aborted the request (abort mode): its partial tokens are never recorded
     rec, door = run([("<tool_call>run", "abort"), call("run_tests"), call("submit")],
-                    fence=Versions([0, 1, 1], [True, True, True]))
+                    fence=Versions([0, 1, 1], [0, 0, 0]))
     assert [(t["policy_version"], t["resampled"], t["finish_reason"]) for t in rec["turns"]] \
         == [(1, 1, "stop"), (1, 0, "stop")]
     assert rec["turns"][0]["discarded_tokens"] == len(RENDERER.encode("<tool_call>run"))
 
 
 def test_a_session_past_the_policy_lag_bound_ends_stale_or_is_kept_marked():
-    lagging = Versions([0, 2, 2], [True, True, True])
+    lagging = Versions([0, 2, 2], [0, 0, 0])
     rec, _ = run([call("run_tests"), call("run_tests"), call("submit")], fence=lagging,
                  limits=SessionLimits(4, 6144, 16384, max_policy_lag=1))
     assert (rec["status"], rec["stop_reason"], rec["reward"]) == ("stale", "policy_lag", None)
     assert [t["policy_version"] for t in rec["turns"]] == [0]
-    rec, _ = run([call("run_tests"), call("submit")], fence=Versions([0, 2], [True, True]),
+    rec, _ = run([call("run_tests"), call("submit")], fence=Versions([0, 2], [0, 0]),
                  limits=SessionLimits(4, 6144, 16384, max_policy_lag=1,
                                          stale_sessions="keep"))
     assert rec["status"] == "ok" and rec["stale"] is True
@@ -263,7 +263,7 @@ def test_a_turn_an_update_cut_goes_on_from_its_tokens_when_asked_and_says_who_sa
     cut = RENDERER.encode(call("run_tests"))
     limits = SessionLimits(4, 6144, 16384, continue_turns=True)
     rec, door = run([(cut[:3], "abort"), cut[3:], call("submit")], limits=limits,
-                    fence=Versions([0, 1, 1], [False, True, True]))
+                    fence=Versions([0, 1, 1], [1, 0, 0]))
     first = rec["turns"][0]
     assert first["completion_token_ids"] == cut and len(first["completion_logprobs"]) == len(cut)
     assert door.prompts[1] == door.prompts[0] + cut[:3] and door.resumed[1] == cut[:3]
@@ -278,7 +278,30 @@ def test_a_turn_an_update_cut_goes_on_from_its_tokens_when_asked_and_says_who_sa
     assert rec["policy_versions"] == [0, 1]
     # without `continue` the same cut is sampled again whole, on the new version
     rec, door = run([(cut[:3], "abort"), call("run_tests"), call("submit")],
-                    fence=Versions([0, 1, 1], [False, True, True]))
+                    fence=Versions([0, 1, 1], [1, 0, 0]))
     assert door.resumed[1] is None and door.prompts[1] == door.prompts[0]
     assert [p["version"] for p in rec["turns"][0]["parts"]] == [1]
     assert rec["turns"][0]["discarded_tokens"] == 3
+
+
+def test_a_continued_request_two_pauses_fell_inside_is_sampled_again_from_the_last_known_point():
+    """Two pauses inside one attempt: it reached an engine after the first and ran on the new
+    weights before the second cut it, so its tokens are of no known version. Only they are
+    thrown; the turn goes on from the tokens the first cut left, and nothing of those is lost."""
+    cut = RENDERER.encode(call("run_tests"))
+    limits = SessionLimits(4, 6144, 16384, continue_turns=True)
+    rec, door = run([(cut[:3], "abort"), (cut[3:5], "abort"), cut[3:], call("submit")],
+                    limits=limits, fence=Versions([0, 1, 2, 2], [1, 2, 0, 0]))
+    first = rec["turns"][0]
+    assert first["completion_token_ids"] == cut
+    assert door.resumed[1] == door.resumed[2] == cut[:3]  # the spoiled 2 are not kept
+    assert door.prompts[2] == door.prompts[0] + cut[:3]
+    assert [(p["version"], p["tokens"]) for p in first["parts"]] == [(0, 3), (2, len(cut) - 3)]
+    assert (first["resampled"], first["discarded_tokens"]) == (1, 2)
+    # not cut, yet a pause fell inside: thrown the same way, from the last known point
+    rec, door = run([(cut[:3], "abort"), cut[3:], cut[3:], call("submit")], limits=limits,
+                    fence=Versions([0, 1, 1, 1], [1, 1, 0, 0]))
+    assert door.resumed[2] == cut[:3]
+    assert [(p["version"], p["tokens"]) for p in rec["turns"][0]["parts"]] == [
+        (0, 3), (1, len(cut) - 3)]
+    assert rec["turns"][0]["discarded_tokens"] == len(cut) - 3

@@ -209,8 +209,8 @@ def test_a_dynamo_update_relies_on_the_pause_and_never_aborts_by_route(monkeypat
     routes = Routes({"get_weight_version": {"status": "ok", "version": V2.label}})
     monkeypatch.setattr(policy.httpx, "request", routes.request)
     update_fleet([DynamoControl("agg0", "http://worker")], V2, V1, mode)
-    assert routes.calls == ["pause_generation", "update_weights_from_disk", "pause_generation",
-                            "get_weight_version", "resume_generation"]
+    assert routes.calls == ["pause_generation", "pause_generation", "update_weights_from_disk",
+                            "pause_generation", "get_weight_version", "resume_generation"]
 
 
 class WorkerRoutes(Routes):
@@ -238,7 +238,7 @@ def test_a_decode_worker_with_kv_in_transit_is_resumed_and_reset_again(monkeypat
     routes = WorkerRoutes(refusals=2)
     monkeypatch.setattr(policy.httpx, "request", routes.request)
     monkeypatch.setattr(policy.time, "sleep", lambda s: None)
-    DynamoControl("decode0", "http://worker").invalidate(mode)
+    DynamoControl("decode0", "http://worker").settle(mode)
     assert routes.calls == ["pause_generation", "resume_generation", "pause_generation"] * 2 \
         + ["pause_generation"]
 
@@ -247,10 +247,56 @@ def test_kv_in_transit_fails_a_keep_reset_and_a_stuck_one_in_time(monkeypatch):
     routes = WorkerRoutes(refusals=1)
     monkeypatch.setattr(policy.httpx, "request", routes.request)
     with pytest.raises(PolicyUpdateError, match="decode0: pause_generation: .*remote KV"):
-        DynamoControl("decode0", "http://worker").invalidate("keep")  # kept turns would run
+        DynamoControl("decode0", "http://worker").settle("keep")  # kept turns would run
     routes = WorkerRoutes(refusals=10**6)
     monkeypatch.setattr(policy.httpx, "request", routes.request)
     monkeypatch.setattr(policy, "REMOTE_KV_WAIT_S", 0.0)
     with pytest.raises(PolicyUpdateError, match="remote KV"):
-        DynamoControl("decode0", "http://worker").invalidate("wait")
+        DynamoControl("decode0", "http://worker").settle("wait")
     assert routes.calls == ["pause_generation"]  # the deadline had passed: no retry
+
+
+class LateKvRoutes(WorkerRoutes):
+    """A decode worker that a request waiting for its KV reaches after the settle, while the
+    new weights load (`arrivals` times): its cache resets are refused until it is resumed."""
+
+    def __init__(self, arrivals: int) -> None:
+        super().__init__(refusals=0)
+        self.weights, self.arrivals = V1.label, arrivals
+
+    def request(self, method, url, json=None, params=None, timeout=None):
+        route = url.rsplit("/", 1)[-1]
+        if route == "update_weights_from_disk":
+            self.weights = json["weight_version"]
+            if self.weights == V2.label and self.arrivals:
+                self.arrivals -= 1
+                self.refusals = 10**6
+        if route == "resume_generation":
+            self.refusals = 0  # it lands
+            self.calls.append(f"resume on {self.weights}")
+            return httpx.Response(200, json={"status": "ok"})
+        if route == "get_weight_version":
+            self.calls.append(route)
+            return httpx.Response(200, json={"status": "ok", "version": self.weights})
+        return super().request(method, url, json, params, timeout)
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort"])
+def test_an_engine_never_runs_on_new_weights_before_its_cache_is_dropped(monkeypatch, mode):
+    """KV in transit once the new weights are in: resuming then would decode on them over KV
+    the old ones computed (and a continued turn would tag those tokens with the old version).
+    The engine goes back to the old weights, the request lands there, and the load is done
+    again; a request that keeps arriving fails the update, the fleet on the old weights."""
+    routes = LateKvRoutes(arrivals=1)
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    monkeypatch.setattr(policy.time, "sleep", lambda s: None)
+    update_fleet([DynamoControl("decode0", "http://worker")], V2, V1, mode)
+    assert [c for c in routes.calls if c.startswith("resume")] == [
+        f"resume on {V1.label}", f"resume on {V2.label}"]
+    assert routes.calls[-3:] == ["pause_generation", "get_weight_version",
+                                 f"resume on {V2.label}"]  # dropped, checked, then run
+    routes = LateKvRoutes(arrivals=policy.SWITCH_TRIES)
+    monkeypatch.setattr(policy.httpx, "request", routes.request)
+    with pytest.raises(PolicyUpdateError, match=r"previous weights \(1:a+\) again.*remote KV"):
+        update_fleet([DynamoControl("decode0", "http://worker")], V2, V1, mode)
+    assert {c for c in routes.calls if c.startswith("resume")} == {f"resume on {V1.label}"}

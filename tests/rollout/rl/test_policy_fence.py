@@ -18,7 +18,7 @@ def test_a_turn_with_no_pause_inside_is_whole_and_tagged():
     async def go():
         version = await board.begin("t")
         return version, board.end("t")
-    assert run(go()) == ((3, "abc"), True)
+    assert run(go()) == ((3, "abc"), 0)
 
 
 def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
@@ -31,13 +31,13 @@ def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
         late = asyncio.create_task(board.begin("new"))
         await asyncio.sleep(0.01)
         assert not late.done()  # waits for the update
-        assert board.end("old") is True  # finished before the engines paused
+        assert board.end("old") == 0  # finished before the engines paused
         assert board.turns_in_flight() == 0
         board.paused()
         board.finish_update(1, "v1")
         assert await late == (1, "v1")
         return board.end("new")
-    assert run(go()) is True
+    assert run(go()) == 0
 
 
 @pytest.mark.parametrize("mode", ["abort", "keep"])
@@ -49,11 +49,11 @@ def test_abort_and_keep_modes_sample_the_turns_in_flight_again(mode):
         await board.begin("t")
         board.start_update()
         board.paused()
-        assert board.end("t") is False  # cut short (abort) or straddling (keep)
+        assert board.end("t") == 1  # cut short (abort) or straddling (keep)
         board.finish_update(1, "v1")
         assert await board.begin("t") == (1, "v1")  # the same turn again, on the new weights
         return board.end("t")
-    assert run(go()) is True
+    assert run(go()) == 0
 
 
 def test_an_update_that_fails_reopens_the_board_on_the_version_served():
