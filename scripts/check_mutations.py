@@ -164,7 +164,7 @@ MUTATIONS = [
      '        return {"guided_grammar": f"{GRAMMAR_PREFIX_LINE}{len(resume)}\\n{grammar.ebnf}"}',
      '        return {"guided_grammar": grammar.ebnf}',
      ["tests/e2e/test_policy_update.py::"
-      "test_a_turn_cut_by_an_update_goes_on_under_the_new_weights[disagg]"]),
+      "test_a_turn_cut_by_an_update_goes_on_under_the_new_weights[kv_routed_with_tier]"]),
     ("the KV tier's namespace counts the resets an engine saw",
      "serving/engine/kvtier/connector.py",
      "            self.ns = self._policy_namespace()\n", "            self.ns += \"+\"\n",

@@ -156,10 +156,10 @@ def test_updates_mid_run_lose_nothing_tag_every_token_and_reuse_no_old_kv(
     assert new_job_processes(before_procs) == []
 
 
-# The vLLM server's resume channel, and Dynamo's (disagg: through both workers). kv_routed with
-# the tier adds nothing here that the test above does not prove on it (no old KV reused).
 CONTINUE_ON = {
     "embedded": ["serving=embedded"],
+    "kv_routed_with_tier": ["serving=kv_routed", "serving.kv_tier=mooncake",
+                            "serving.kv_tier_gib=0.5"],
     "disagg": ["serving=disagg"],
 }
 
