@@ -107,6 +107,12 @@ MUTATIONS = [
      "            on_all(controls, lambda c: c.settle(mode))",
      ["tests/serving/test_policy.py::"
       "test_an_engine_never_runs_on_new_weights_before_its_cache_is_dropped"]),
+    ("a disagg fleet pauses its prefill and decode workers at once", "serving/policy.py",
+     "    on_all([c for c in controls if c.hands_off_kv], lambda c: c.pause(mode))\n"
+     "    on_all([c for c in controls if not c.hands_off_kv], lambda c: c.pause(mode))\n",
+     "    on_all(controls, lambda c: c.pause(mode))\n",
+     ["tests/serving/test_policy.py::"
+      "test_a_prefill_worker_pauses_before_its_decode_worker_and_resumes_after_it"]),
     ("sessions outlive the policy lag bound", "rollout/session.py",
      "        if lag is not None and version - self.first_version > lag:", "        if False:",
      ["tests/rollout/test_session.py::"

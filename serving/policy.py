@@ -1,23 +1,23 @@
 """New policy weights for running engines: checked before any engine switches, loaded in place,
 read back before anything samples again.
 
-An update is: pause every engine (turns in flight wait, are aborted, or are kept, by `mode`),
-let what would keep an engine's cache from being dropped run out on the old weights (a decode
-worker's request waiting for its KV: nothing runs on new weights before every cache is
-dropped), load the checkpoint on every engine (vLLM's `reload_weights`: the model's own loader
-over the folder's safetensors, the engine's weight version set to the checkpoint's label),
-publish the new served policy (the KV tier's connectors key their blocks by it), drop every KV
-computed with the old weights (the prefix cache, running requests' KV, and the tier
-connector's namespace: a cache reset whose result is checked), read every engine's weight
-version back, resume. If one
-engine fails or reports another version, every engine goes back to the previous checkpoint the
-same way, so the fleet never serves two versions; if that fails too, or the resume does, the
-error (`FleetBroken`) names every engine and the version it reports, and nothing resumes.
+An update is: pause every engine (turns in flight wait, are aborted, or are kept, by `mode`;
+engines that hand KV to others first: `pause_all`), let what would keep an engine's cache from
+being dropped run out on the old weights (a decode worker's request waiting for its KV:
+nothing runs on new weights before every cache is dropped), load the checkpoint on every
+engine (vLLM's `reload_weights`: the model's own loader over the folder's safetensors, the
+engine's weight version set to the checkpoint's label), publish the new served policy (the
+KV tier's connectors key their blocks by it), drop every KV computed with the old weights
+(the prefix cache, running requests' KV, and the tier connector's namespace: a cache reset
+whose result is checked), read every engine's weight version back, resume. If one engine
+fails or reports another version, every engine goes back to the previous checkpoint the same
+way, so the fleet never serves two versions; if that fails too, or the resume does, the error
+(`FleetBroken`) names every engine and the version it reports, and nothing resumes.
 
 Each engine is reached through its control routes (`EngineControl`): vLLM's server routes for
 development (`VLLM_SERVER_DEV_MODE=1`, set for the engines the project starts; loopback only)
 and a Dynamo worker's `/engine/*` routes on its system port. Prefill and decode workers of a
-disaggregated fleet are paused together and resumed together.
+disaggregated fleet are paused and resumed in the order KV flows between them.
 """
 
 from __future__ import annotations
@@ -74,12 +74,16 @@ class UpdateTimes:
 # -- engine controls -------------------------------------------------------------------------------
 
 class EngineControl:
-    """One engine's pause / load / reset / version / resume, over HTTP."""
+    """One engine's pause / load / reset / version / resume, over HTTP. `hands_off_kv`: its
+    finished requests hold KV until another engine reads it (a prefill worker): it pauses
+    before the others and resumes after them."""
 
     name: str
 
-    def __init__(self, name: str, url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, name: str, url: str, timeout_s: float = 600.0,
+                 hands_off_kv: bool = False) -> None:
         self.name, self.url, self.timeout_s = name, url, timeout_s
+        self.hands_off_kv = hands_off_kv
 
     def _request(self, method: str, path: str, body: dict | None = None,
                  params: dict | None = None) -> Any:
@@ -279,10 +283,10 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
         raise PolicyUpdateError(f"unknown pause mode {mode!r}; one of {PAUSE_MODES}")
     t0 = time.perf_counter()
     try:
-        on_all(controls, lambda c: c.pause(mode))
+        pause_all(controls, mode)
         on_all(controls, lambda c: c.settle(mode))
     except Exception:  # nothing switched yet: serve on, on the old weights
-        on_all(controls, _resume_quietly)
+        resume_all(controls, _resume_quietly)
         raise
     t1 = time.perf_counter()
     loaded: list[EngineControl] = []
@@ -338,9 +342,26 @@ def _go_back(controls: list[EngineControl], loaded: list[EngineControl],
     on_all(controls, lambda c: c.invalidate(mode))
 
 
+def pause_all(controls: list[EngineControl], mode: str) -> None:
+    """Engines that hand KV off first, then the rest. A prefill worker's pause returns once
+    every KV it handed off was read; a decode worker paused first reads none, and the prefill
+    worker's pause waited out its KV lease (vLLM 0.31's NIXL connector: `kv_lease_duration`,
+    30 s), after which the decode worker would read blocks freed meanwhile."""
+    on_all([c for c in controls if c.hands_off_kv], lambda c: c.pause(mode))
+    on_all([c for c in controls if not c.hands_off_kv], lambda c: c.pause(mode))
+
+
+def resume_all(controls: list[EngineControl],
+               resume: Callable[[EngineControl], None] = lambda c: c.resume()) -> None:
+    """The reverse of `pause_all`: engines that read KV first, so a prefill handed off on
+    resume is read at once."""
+    on_all([c for c in controls if not c.hands_off_kv], resume)
+    on_all([c for c in controls if c.hands_off_kv], resume)
+
+
 def _resume_or_break(controls: list[EngineControl], checkpoint: PolicyCheckpoint) -> None:
     try:
-        on_all(controls, lambda c: c.resume())
+        resume_all(controls)
     except PolicyUpdateError as exc:
         raise FleetBroken(f"resuming on {checkpoint.label} failed ({exc}); the engines "
                           f"report {versions(controls)}") from None

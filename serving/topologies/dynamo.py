@@ -122,7 +122,8 @@ class DynamoTopology(Topology):
 
     def _control(self, worker: DynamoWorker) -> DynamoControl:
         host, timeout = self.where.serving.host, self.where.serving.request_timeout_s
-        return DynamoControl(worker.name, f"http://{host}:{worker.system_port}", timeout)
+        return DynamoControl(worker.name, f"http://{host}:{worker.system_port}", timeout,
+                             hands_off_kv=worker.role == "prefill")
 
     def start(self) -> Started:
         """Control plane, then the workers (in parallel), then the frontend(s); warm up."""

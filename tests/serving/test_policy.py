@@ -300,3 +300,32 @@ def test_an_engine_never_runs_on_new_weights_before_its_cache_is_dropped(monkeyp
     with pytest.raises(PolicyUpdateError, match=r"previous weights \(1:a+\) again.*remote KV"):
         update_fleet([DynamoControl("decode0", "http://worker")], V2, V1, mode)
     assert {c for c in routes.calls if c.startswith("resume")} == {f"resume on {V1.label}"}
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort", "keep"])
+def test_a_prefill_worker_pauses_before_its_decode_worker_and_resumes_after_it(monkeypatch,
+                                                                               mode):
+    """A decode worker paused first reads no KV the prefill worker handed off, and the prefill
+    worker's pause waits that KV's lease out (30 s in vLLM 0.31's NIXL connector; seen as a
+    30 s update on disagg); resumed first, the prefill worker hands off KV nobody reads yet."""
+    seen = []
+
+    def request(method, url, json=None, params=None, timeout=None):
+        worker, route = url.split("//")[1].split(":")[0], url.rsplit("/", 1)[-1]
+        if route == "pause_generation" and not json["clear_cache"]:
+            seen.append(f"{worker} pause")
+        if route == "resume_generation":
+            seen.append(f"{worker} resume")
+        if route == "get_weight_version":
+            return httpx.Response(200, json={"status": "ok", "version": V2.label})
+        return httpx.Response(200, json={"status": "ok"})
+
+    monkeypatch.setattr(policy.httpx, "request", request)
+    fleet = [DynamoControl("decode0", "http://decode0:1"),
+             DynamoControl("prefill0", "http://prefill0:1", hands_off_kv=True),
+             DynamoControl("decode1", "http://decode1:1")]
+    update_fleet(fleet, V2, V1, mode)
+    assert seen[0] == "prefill0 pause" and sorted(seen[1:3]) == ["decode0 pause",
+                                                                 "decode1 pause"]
+    assert sorted(seen[3:5]) == ["decode0 resume", "decode1 resume"]
+    assert seen[5:] == ["prefill0 resume"]

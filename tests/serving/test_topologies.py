@@ -37,6 +37,17 @@ def test_topologies_name_their_workers():
         _topology(mode="disagg", decode_engines=0).roles()
 
 
+def test_a_disagg_fleets_prefill_workers_are_the_ones_that_hand_kv_off():
+    """serving/policy.py pauses them first and resumes them last."""
+    topology = _topology(mode="disagg", prefill_engines=1, decode_engines=2)
+    topology.workers = [_Worker(name, role) for name, role in topology.roles()]
+    assert {c.name: c.hands_off_kv for c in topology.controls()} == {
+        "prefill0": True, "decode0": False, "decode1": False}
+    routed = _topology(mode="kv_routed", engines=2)
+    routed.workers = [_Worker(name, role) for name, role in routed.roles()]
+    assert not any(c.hands_off_kv for c in routed.controls())
+
+
 def test_front_doors_and_the_kv_tier():
     assert _topology(mode="embedded").front_door == "vllm"
     assert _topology(mode="kv_routed").front_door == "dynamo"
@@ -57,7 +68,7 @@ class _Worker:
 
     def __init__(self, name, role="agg", core=None):
         self.name, self.role, self.core = name, role, core
-        self.metrics_url, self.instance_id = "", "1"
+        self.metrics_url, self.instance_id, self.system_port = "", "1", 0
 
     def stop(self): pass
 
