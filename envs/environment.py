@@ -29,29 +29,31 @@ class SandboxError(EnvError):
 
 @dataclass(frozen=True)
 class EnvConfig:
-    name: str = "mini_swe"
+    name: str = "mini_swe"  # the environment's name, as its conf/env option
+    # which tasks (Environments page): mini, stdlib, swebench, verifiers
     suite: str = field(default="mini", metadata={"choices": SUITES})
     # The suite's data; null: its built-in tasks. verifiers: package.module:Class or a vf-eval id.
     tasks_path: str | None = None
     taskset: dict = field(default_factory=dict)  # verifiers: the taskset's own config fields
     task_ids: list[str] | None = None  # null: every task
     max_tasks: int | None = None  # the first N tasks (in id order) after task_ids
-    system_prompt: str = SYSTEM_PROMPT
-    tool_timeout_s: float = 30.0
-    score_timeout_s: float = 120.0
-    max_output_chars: int = 4000
-    max_command_chars: int = 200
-    max_file_chars: int = 500
+    system_prompt: str = SYSTEM_PROMPT  # the first message of every session
+    tool_timeout_s: float = 30.0  # a tool call's wall clock; its process group is killed at it
+    score_timeout_s: float = 120.0  # scoring's wall clock (the hidden tests' run)
+    max_output_chars: int = 4000  # a tool's output is cut to this, with a marker
+    max_command_chars: int = 200  # maxLength of bash's command argument
+    max_file_chars: int = 500  # maxLength of the file tools' text arguments
     # where session folders live; null: /dev/shm if it is a tmpfs with 1 GiB free, else the
     # system temp folder (envs.lease.scratch_root)
     scratch_dir: str | None = None
+    # a bad task row: skipped (reported with its id), or the job fails
     on_bad_task: str = field(default="skip", metadata={"choices": ("skip", "fail")})
     sandbox: dict = field(default_factory=dict)  # SandboxPolicy fields
     # hidden_tests: the task's hidden tests grade the final changes; first_call: 1.0 when the
     # session's first tool call names `reward_tool` (a reward random weights can learn to earn:
     # the RL example, conf/experiment/rl_loop.yaml)
     reward: str = field(default="hidden_tests", metadata={"choices": REWARDS})
-    reward_tool: str = "run_tests"
+    reward_tool: str = "run_tests"  # reward=first_call: the tool whose call, first, earns 1.0
 
 
 class Episode(Protocol):

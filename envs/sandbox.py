@@ -55,8 +55,8 @@ class SandboxPolicy:
     memory_mb: int = 2048  # address space per process; the session's cgroup: this + disk_mb
     nprocs: int = 64  # processes and threads of one session (its cgroup and its uid)
     cpu_cores: float = 1.0  # the session's CPU ceiling, in cores (cgroup); <= 0: none
-    file_size_mb: int = 64
-    open_files: int = 256
+    file_size_mb: int = 64  # largest file a process may write (RLIMIT_FSIZE)
+    open_files: int = 256  # open files per process (RLIMIT_NOFILE)
     disk_mb: int = 512  # the session's files: a tmpfs of this size
     disk_files: int = 65536  # ... holding at most this many files and folders
     changes_mb: int = 16  # the largest diff of a session kept and scored; larger fails the agent
@@ -65,7 +65,9 @@ class SandboxPolicy:
     uid_count: int = 4096           # reserve them: no real user may own one
     # the root's folders a sandbox sees, read-only (where they exist; a symlink stays one)
     system: tuple[str, ...] = SYSTEM_DIRS
+    # folders hidden behind empty tmpfs mounts
     hide: tuple[str, ...] = field(default_factory=lambda: _hidden_dirs())
+    # folders under a hidden one shown read-only (the interpreter)
     expose: tuple[str, ...] = field(default_factory=lambda: _interpreter_dirs())
     # files read as empty inside (e.g. a task's unbroken source)
     mask: tuple[str, ...] = field(default_factory=lambda: _editable_finders())

@@ -20,7 +20,7 @@ class SimulateConfig:
     """Defaults: the seed's deployment, GLM-5.3 on GB200 NVL72, timed by vLLM's measured kernels
     (the engine `serving=glm5_gpu` runs), with the seed's agent sessions."""
 
-    system: str = one_of("gb200", SYSTEMS)
+    system: str = one_of("gb200", SYSTEMS)  # the GPU system whose perf data times the engines
     perf_backend: str = one_of("vllm", PERF_BACKENDS)  # whose measured kernel times
     mtp_acceptance: float = 0.85  # P(the MTP draft token is accepted)
     prefill_efficiency: float = 1.0  # the perf data's prefill times are divided by this
@@ -29,7 +29,7 @@ class SimulateConfig:
     kv_transport: str = one_of("nixl_cuda_ipc_gb200", tuple(TRANSPORTS))  # `layouts`' constants
     host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
     host_gbps: float = 200.0  # host tier <-> GPU per rank, GB/s
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.9  # share of GPU memory vLLM may use (sizes the KV cache)
     # workload: "seed"; "static" (aiconfigurator's question: one-turn requests of `isl` tokens,
     # the first `prefix` of them shared by all and cached, `osl` sampled); or a rollfleet run
     # folder whose records give the session shape
@@ -37,19 +37,20 @@ class SimulateConfig:
     # static: the seed's mean turn (its prompt halfway from 8k to 140k; all but a turn's growth
     # cached; its output)
     isl: int = 74_000
-    prefix: int = 68_000
-    osl: int = 600
+    prefix: int = 68_000  # static: tokens of it cached, shared by all
+    osl: int = 600  # static: tokens sampled
     total_gpus: int = 40  # static: the GPUs aiconfigurator may deploy (the `plan` answer's 40)
     static_batches: list[int] = field(default_factory=lambda: [1, 4, 8, 16])  # per decode worker
     token_scale: float = 1.0  # records: multiply their token counts by this
-    first_prompt: int = 8000
-    growth: int = 6000
-    max_prompt: int = 140_000
-    output: int = 600
-    tool_s: float = 8.0
+    first_prompt: int = 8000  # seed: a session's first prompt, tokens
+    growth: int = 6000  # seed: prompt tokens a turn adds
+    max_prompt: int = 140_000  # seed: a session ends when its prompt reaches this
+    output: int = 600  # seed: tokens sampled a turn
+    tool_s: float = 8.0  # seed: tool time between turns, seconds
     sessions: int = 66  # concurrent sessions (per fleet for `run`, per group elsewhere)
     groups: int = 1  # groups of `prefill_engines` P : `decode_engines` D
     lifetimes: int = 3  # sessions each lane runs; figures come from the middle ones
+    # the router: kv, round_robin, kv_affine (hard affinity), kv_soft (live)
     policy: str = one_of("kv", (*POLICIES, "kv_soft"))
     # kv: what one cached block is worth against one block of queued prefill when the router
     # picks a worker (Dynamo's overlap_score_credit; null: Dynamo's own, 1.0 in 1.6.1): above 1,
@@ -60,12 +61,15 @@ class SimulateConfig:
     host_hit_weight: float | None = None
     target_tok_s: float = 100.0  # per user, decoding
     ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
-    seed: int = 0
+    seed: int = 0  # the workload's and router's seed
+    # offline: Dynamo's replay on a virtual clock; live: mocker engines over HTTP
     mode: str = one_of("offline", ("offline", "live"))
     speedup_ratio: float = 20.0  # live mode: the mocker's clock runs this much faster
     out: str | None = None  # JSON of the figures
     plot: str | None = None  # sweep: PNG
+    # sweep: the session counts
     sweep_sessions: list[int] = field(default_factory=lambda: [100, 250, 500, 1000, 2000])
+    # sweep: the router policies
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
     jobs: int = 1  # sweep, calibrate, plan: simulations side by side (processes; offline)
     calibrated: str | None = None  # calibrate: take the knobs of this calibrate JSON, fit none

@@ -32,24 +32,24 @@ UPDATE_MODES = (*PAUSE_MODES, "continue")
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    samples_per_task: int = 2
-    max_turns: int = 4
+    samples_per_task: int = 2  # sessions per task: one group
+    max_turns: int = 4  # model turns per session
     max_tokens_per_turn: int = 6144  # must hold the worst-case tool call (never cut in half)
     max_total_tokens: int = 16384  # completion tokens over a whole session
     # sampling: defaults from the client's SamplingConfig (rollout/model_client.py)
-    temperature: float = SamplingConfig.temperature
-    top_p: float = SamplingConfig.top_p
+    temperature: float = SamplingConfig.temperature  # sampling temperature
+    top_p: float = SamplingConfig.top_p  # nucleus sampling's p
     tool_choice: str = SamplingConfig.tool_choice  # auto | required | none | <tool name>
-    parallel_tool_calls: bool = SamplingConfig.parallel_tool_calls
+    parallel_tool_calls: bool = SamplingConfig.parallel_tool_calls  # more than one call per turn
     # project: rollfleet's GLM grammar + parser, token-in; stock: the server's, message-in
     tool_constraint: str = field(default=SamplingConfig.constraint,
                                  metadata={"choices": CONSTRAINTS})
     workers: int = 2  # RolloutWorker actors
-    worker_num_cpus: float = 0.25
+    worker_num_cpus: float = 0.25  # Ray CPUs each actor reserves
     # how many sessions run at once (rollout/admission.py): kv_budget: as many as the engines'
     # KV cache holds (at least one group, at most max_sessions); fixed: max_sessions
     admission: str = field(default="kv_budget", metadata={"choices": ("kv_budget", "fixed")})
-    max_sessions: int = 8
+    max_sessions: int = 8  # admission's ceiling (kv_budget), or the fixed window
     kv_fill: float = 0.9  # share of the engines' KV cache that sessions may fill
     session_tokens_guess: int = 4096  # a session's KV at its end, until sessions have finished
     max_retries: int = 3  # attempts after an infra error
@@ -59,12 +59,14 @@ class RolloutConfig:
     # policy versions a session may outlive (null: any); a stale one is ended, or kept and
     # marked (left out of the trainer's view)
     update_mode: str = field(default="wait", metadata={"choices": UPDATE_MODES})
-    max_policy_lag: int | None = None
+    max_policy_lag: int | None = None  # versions a session may outlive (null: any)
+    # a session past max_policy_lag: ended, or kept and marked
     stale_sessions: str = field(default="end", metadata={"choices": ("end", "keep")})
     # how old a group may be when the trainer takes it (the served version minus its oldest
     # token's; null: any); an older one is dropped, or dropped and its task sampled again
     # (rollout/rl/loop.py)
     max_off_policy_steps: int | None = None
+    # a group past max_off_policy_steps: dropped, or its task sampled again
     stale_groups: str = field(default="drop", metadata={"choices": STALE_GROUPS})
 
     def limits(self) -> SessionLimits:
@@ -82,13 +84,13 @@ class RayConfig:
     """Where the actors run: null address starts a Ray of the job's own on this host;
     `ray.address=HOST:PORT` joins an existing cluster (the driver then only aggregates)."""
 
-    address: str | None = None
+    address: str | None = None  # null: a Ray of the job's own; HOST:PORT: an existing cluster
     spread: bool = True  # place actors on as many nodes as the cluster has
 
 
 @dataclass(frozen=True)
 class OutputConfig:
-    root: str = "runs"
+    root: str = "runs"  # where run folders go
     dir: str = "runs/rollout"  # conf/output/default.yaml: <root>/<run_name>/<time>
     shard_size: int = 64  # records per compacted parquet shard
     # records that land within this many seconds of the first go to disk as one file (each
@@ -101,10 +103,10 @@ class TrainerConfig:
     """The RL example's trainer (rollout/rl/reinforce.py): off unless an experiment turns it on
     (conf/experiment/rl_loop.yaml)."""
 
-    enabled: bool = False
-    steps: int = 20
-    groups_per_step: int = 4
-    lr: float = 1e-3
+    enabled: bool = False  # run the example trainer (rollout/rl/reinforce.py)
+    steps: int = 20  # trainer steps, one weight update each
+    groups_per_step: int = 4  # groups the trainer takes a step
+    lr: float = 1e-3  # the trainer's learning rate
     ahead: int | None = None  # groups that may wait for the trainer (default: two steps')
     # truncated importance sampling: each token's weight is min(pi / mu, is_clip), pi the
     # current policy's probability, mu the behaviour one recorded; null: no correction

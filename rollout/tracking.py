@@ -10,11 +10,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class LoggerConfig:
+    # wandb, or none: no run logging
     backend: str = field(default="wandb", metadata={"choices": ("wandb", "none")})
+    # wandb's mode: offline writes RUN_DIR/wandb, online uploads
     mode: str = field(default="offline", metadata={"choices": ("online", "offline", "disabled")})
-    project: str = "rollfleet"
-    entity: str | None = None
-    tags: list[str] | None = None
+    project: str = "rollfleet"  # the wandb project
+    entity: str | None = None  # the wandb entity (team); null: the account's default
+    tags: list[str] | None = None  # the wandb run's tags
 
 
 class RunLogger:

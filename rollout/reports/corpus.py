@@ -28,15 +28,16 @@ from datasets import Dataset, Features, List, Value, disable_progress_bars, load
 @dataclass(frozen=True)
 class CorpusConfig:
     enabled: bool = False  # build RUN_DIR/corpus when the job ends
+    # the record statuses a kept session may have
     statuses: list[str] = field(default_factory=lambda: ["ok"])
-    min_reward: float = 1.0
+    min_reward: float = 1.0  # a kept session's reward is at least this
     drop_invalid_calls: bool = True  # any call that could not be read or was off-schema
     drop_failed_calls: bool = False  # well-formed calls whose tool failed (a missing file...)
-    min_turns: int = 1
-    max_turns: int | None = None
+    min_turns: int = 1  # fewest model turns of a kept session
+    max_turns: int | None = None  # most model turns of a kept session (null: any)
     max_tokens: int | None = None  # the whole session's sequence
-    dedup: bool = True
-    per_task_cap: int | None = None
+    dedup: bool = True  # drop a near-duplicate of a kept session of the same task
+    per_task_cap: int | None = None  # most sessions kept per task (null: any)
     push_to_hub: str | None = None  # ORG/NAME: push both datasets (private)
 
 

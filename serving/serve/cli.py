@@ -32,8 +32,8 @@ SHUTDOWN_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class ServeConfig:
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = "127.0.0.1"  # the address outside clients connect to; 0.0.0.0 serves other hosts
+    port: int = 8000  # the OpenAI-compatible server's port
 
 
 def serve(argv: list[str]) -> int:
