@@ -1,6 +1,12 @@
 """pass@k and its intervals, against values worked out by hand."""
 
+import itertools
+import statistics
+from fractions import Fraction
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollout.reports.evals import (
     TaskResult,
@@ -8,6 +14,7 @@ from rollout.reports.evals import (
     mean_pass_at_k,
     paired_difference,
     pass_at_k,
+    short_tasks,
     task_results,
 )
 
@@ -45,3 +52,94 @@ def test_paired_difference_counts_shared_tasks_only():
     est, diffs = paired_difference(a, b)
     assert diffs == {"x": 1.0, "y": 0.0}
     assert est.value == pytest.approx(0.5)
+
+
+# -- properties against brute force: every k-subset of the samples, counted ---------------------
+
+def _share_holding_a_pass(outcomes: list[bool], k: int) -> Fraction:
+    """Of all k-subsets of the samples, the share that hold a pass: what pass@k estimates."""
+    subsets = list(itertools.combinations(outcomes, k))
+    return Fraction(sum(any(s) for s in subsets), len(subsets))
+
+
+@settings(max_examples=200)
+@given(n=st.integers(0, 9), data=st.data())
+def test_pass_at_k_is_the_share_of_k_subsets_that_hold_a_pass(n, data):
+    """The estimator is unbiased only if it equals the subset count, at every edge: c = 0,
+    c = n, k = n, k = 0 (nothing drawn, nothing passes); k > n has no such subsets and is
+    refused rather than guessed."""
+    c = data.draw(st.integers(0, n), label="c")
+    k = data.draw(st.integers(0, n + 2), label="k")
+    if k > n:
+        with pytest.raises(ValueError):
+            pass_at_k(n, c, k)
+        return
+    outcomes = [True] * c + [False] * (n - c)
+    assert pass_at_k(n, c, k) == pytest.approx(float(_share_holding_a_pass(outcomes, k)),
+                                               abs=1e-12)
+
+
+_record = st.fixed_dictionaries({
+    "task_id": st.sampled_from("abcd"),
+    "reward": st.one_of(st.sampled_from([None, 0.0, 0.5, 1.0]), st.floats(0, 1)),
+})
+
+
+@settings(max_examples=300)
+@given(records=st.lists(_record, max_size=16), k=st.integers(1, 5),
+       threshold=st.sampled_from([0.5, 1.0]))
+def test_mean_pass_at_k_over_records_is_brute_force_over_scored_samples(records, k, threshold):
+    """A configuration's pass@k: unscored rollouts are neither passes nor fails (they say
+    nothing of the model), a sample passes at reward >= threshold, and only tasks with at
+    least k scored samples are averaged (the rest are named as short, an all-unscored task
+    is not there at all); no counted task gives 0."""
+    scored: dict[str, list[bool]] = {}
+    for r in records:
+        if r["reward"] is not None:
+            scored.setdefault(r["task_id"], []).append(r["reward"] >= threshold)
+    tasks = task_results(records, threshold)
+    assert {t: (r.n, r.passed) for t, r in tasks.items()} == {
+        t: (len(o), sum(o)) for t, o in scored.items()}
+    counted = [_share_holding_a_pass(o, k) for o in scored.values() if len(o) >= k]
+    expected = sum(counted) / len(counted) if counted else 0
+    assert mean_pass_at_k(list(tasks.values()), k) == pytest.approx(float(expected), abs=1e-12)
+    assert short_tasks(list(tasks.values()), k) == sorted(
+        t for t, o in scored.items() if len(o) < k)
+
+
+_task = st.integers(1, 6).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n)))
+
+
+@settings(max_examples=200)
+@given(a=st.dictionaries(st.sampled_from("vwxyz"), _task),
+       b=st.dictionaries(st.sampled_from("vwxyz"), _task), k=st.integers(1, 3))
+def test_paired_difference_is_the_mean_over_shared_tasks_of_b_minus_a(a, b, k):
+    """A paired comparison must pair: per task both ran, B's pass@k minus A's, by subset count;
+    tasks with fewer than k samples on either side have no pass@k and must raise."""
+    a_tasks = {t: TaskResult(t, n, c) for t, (n, c) in a.items()}
+    b_tasks = {t: TaskResult(t, n, c) for t, (n, c) in b.items()}
+    shared = sorted(set(a) & set(b))
+    if any(min(a[t][0], b[t][0]) < k for t in shared):
+        with pytest.raises(ValueError):
+            paired_difference(a_tasks, b_tasks, k, iters=50)
+        return
+    est, diffs = paired_difference(a_tasks, b_tasks, k, iters=50)
+    expected = {t: _share_holding_a_pass([True] * b[t][1] + [False] * (b[t][0] - b[t][1]), k)
+                - _share_holding_a_pass([True] * a[t][1] + [False] * (a[t][0] - a[t][1]), k)
+                for t in shared}
+    assert diffs == pytest.approx({t: float(d) for t, d in expected.items()}, abs=1e-12)
+    mean = sum(expected.values()) / len(expected) if expected else 0
+    assert est.value == pytest.approx(float(mean), abs=1e-12)
+
+
+@settings(max_examples=200)
+@given(items=st.lists(st.floats(0, 1), min_size=1, max_size=8),
+       level=st.sampled_from([0.0, 0.5, 0.95, 1.0]), iters=st.integers(1, 60))
+def test_a_bootstrap_interval_is_ordered_and_within_what_resampling_can_give(items, level,
+                                                                               iters):
+    """A resample's mean lies between the smallest and largest item, so the interval must too,
+    low <= high at any level (1.0 included: the last draw, not one past it), and the value is
+    the statistic of the items themselves."""
+    est = bootstrap(items, statistics.fmean, iters=iters, level=level)
+    assert min(items) - 1e-12 <= est.low <= est.high <= max(items) + 1e-12
+    assert est.value == pytest.approx(statistics.fmean(items))

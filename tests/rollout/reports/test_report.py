@@ -1,12 +1,19 @@
 """The sweep report from run folders: figures from the records, plots, one command."""
 
 import json
+from fractions import Fraction
+from pathlib import Path
 
+import pytest
 from datasets import Dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from rollout.record import FEATURES, Job, Outcome, Provenance, SessionTrace, build_record
-from rollout.reports.report import load_members, main, write_report
+from rollout.reports.evals import task_results
+from rollout.reports.report import Member, load_members, main, member_figures, write_report
+from tests.rollout.reports.test_evals import _share_holding_a_pass
 from tests.rollout.test_record import _turn
 
 PROV = Provenance("run", "m", "/m", "h", 0, "{}")
@@ -73,3 +80,36 @@ def test_the_command_regenerates_and_refuses_an_empty_folder(tmp_path, capsys):
     _member(tmp_path, "b", ["x=2"], [0, 0, 0, 0])
     assert main([str(tmp_path), "--no-wandb", "--compare", "x=2", "x=1"]) == 0
     assert "## Paired: x=1 minus x=2" in (tmp_path / "report.md").read_text()
+
+
+@settings(max_examples=100)
+@given(samples=st.lists(st.tuples(st.sampled_from("abc"),
+                                  st.sampled_from([None, 0.0, 0.5, 1.0])), max_size=10))
+def test_a_members_figures_are_brute_force_pass_at_k_over_its_records(samples):
+    """The report's pass@k and per-difficulty pass@1 come from the records as built: a
+    rollout with no reward (an infrastructure error) counts in the rollouts, never as a fail;
+    pass@k averages, over the tasks with k scored samples, the share of k-subsets holding a
+    pass (reward 1.0: the default threshold); no task counted gives 0."""
+    difficulty = {"a": "easy", "b": "hard", "c": "easy"}
+    rows, scored = [], {}
+    for i, (task, reward) in enumerate(samples):
+        if reward is None:
+            rows.append(build_record(Job(task, i), PROV, Outcome("infra_error", "error", "down")))
+            continue
+        trace = SessionTrace(turns=[_turn(0, [1, 2], [3])], labels=(difficulty[task], "m"))
+        rows.append(build_record(Job(task, i), PROV, Outcome("ok", "submitted", reward=reward),
+                                 trace))
+        scored.setdefault(task, []).append(reward >= 1.0)
+    figures = member_figures(Member("m", Path("m"), [], rows, {}, task_results(rows)), [1, 2, 3])
+    assert (figures["rollouts"], figures["infra_error"]) == (
+        len(samples), sum(r is None for _, r in samples))
+    for k in (1, 2, 3):
+        counted = [_share_holding_a_pass(o, k) for o in scored.values() if len(o) >= k]
+        expected = sum(counted) / len(counted) if counted else 0
+        assert figures[f"pass@{k}"].value == pytest.approx(float(expected), abs=1e-12)
+    by_difficulty: dict[str, list[Fraction]] = {}
+    for task, outcomes in scored.items():
+        by_difficulty.setdefault(difficulty[task], []).append(Fraction(sum(outcomes),
+                                                                      len(outcomes)))
+    assert figures["by_difficulty"] == pytest.approx(
+        {g: float(sum(v) / len(v)) for g, v in by_difficulty.items()}, abs=1e-12)
