@@ -30,11 +30,11 @@ REFUSED = ("not", "if", "then", "else", "dependentSchemas", "dependentRequired",
            "patternProperties", "propertyNames", "contains", "minContains", "maxContains",
            "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef")
 # `format`s written as patterns; each emits only strings Python's `jsonschema` FORMAT_CHECKER
-# accepts (days 01-28, so that every date exists). Other formats are annotations, as in JSON
-# Schema itself.
+# accepts (days 01-28, so that every date exists; years from 1000, as Python's dates have no
+# year 0). Other formats are annotations, as in JSON Schema itself.
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
-_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+_DATE = r"[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
 _HOUR = r"([01][0-9]|2[0-3])"
 _TIME = rf"{_HOUR}:[0-5][0-9]:[0-5][0-9](\.[0-9]{{1,6}})?(Z|[+-]{_HOUR}:[0-5][0-9])"
 FORMATS = {
