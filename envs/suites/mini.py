@@ -42,8 +42,10 @@ class MiniRepo:
         return [python, *UNITTEST, "tests"]
 
     def grade(self, output: str, exit_code: int | None) -> Grade:
-        total, failed = parse_unittest(output)
-        return Grade(total, failed, exit_code == 0 and total > 0 and failed == 0)
+        """Every hidden test passes: none fails, and one at least ran and was not skipped (a
+        fix whose module raises SkipTest on import skips them all)."""
+        total, failed, skipped = parse_unittest(output)
+        return Grade(total, failed, exit_code == 0 and failed == 0 and total > skipped)
 
     def masked_paths(self) -> list[str]:
         return []
