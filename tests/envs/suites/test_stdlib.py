@@ -4,11 +4,17 @@ import collections
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs import EnvConfig, EnvError, load
 from envs.solver import reference_calls
+from envs.stdlib.testing import DETAILS
+from envs.suites.stdlib import StdlibRepo
+from envs.task import Grade
 
 ENV = load(EnvConfig(name="stdlib", suite="stdlib"))
 
@@ -55,3 +61,27 @@ def test_the_unbroken_module_is_masked_in_the_agents_sandbox():
         out = ep.call("bash", {"command": f"cat {installed}; ls"}).output
         assert first_line not in out and "Permission denied" in out
         assert ENV.tasks[task_id].repo.row.path in out.split()
+
+
+_POOL = [f"test.test_m.T.test_{i}" for i in range(5)]
+
+
+@settings(max_examples=300)
+@given(wanted=st.lists(st.sampled_from(_POOL), unique=True, max_size=4),
+       outcomes=st.dictionaries(st.sampled_from(_POOL), st.sampled_from(["pass", "fail", "skip"])),
+       ending=st.sampled_from(["verdict", "crashed", "cut", "spoofed"]))
+def test_a_stdlib_task_passes_iff_no_hidden_test_fails_and_one_passes(wanted, outcomes, ending):
+    """Reward 1 iff every hidden test passes, where a test the sandbox skips can neither fail
+    nor pass a fix: none failed or missing, one at least passed. No verdict (crash, timeout,
+    cut output) fails them all; only the runner's last line counts, not one the code printed."""
+    details = f"{DETAILS} { {t: {'outcome': o} for t, o in outcomes.items()}!r}"
+    all_pass = f"{DETAILS} { {t: {'outcome': 'pass'} for t in _POOL}!r}"
+    output = {"verdict": f"noise\n{details}\n", "crashed": "Traceback ...\n",
+              "cut": f"noise\n{details[:-3]}\n", "spoofed": f"{all_pass}\n{details}\n"}[ending]
+    grade = StdlibRepo(SimpleNamespace(hidden_tests=wanted)).grade(output, 0)
+    if ending in ("crashed", "cut"):
+        assert grade == Grade(len(wanted), len(wanted), False)
+        return
+    failed = sum(outcomes.get(t) not in ("pass", "skip") for t in wanted)
+    assert (grade.tests_total, grade.tests_failed) == (len(wanted), failed)
+    assert grade.passed == (failed == 0 and any(outcomes.get(t) == "pass" for t in wanted))

@@ -2,11 +2,15 @@
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs import EnvConfig, EnvError, load
+from envs.suites.swebench import GitRepo
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -83,3 +87,78 @@ def test_bad_rows_are_reported_with_their_id(rows_file, caplog):
     assert "task no-repo: repo" in warnings and "is not a local git checkout" in warnings
     with pytest.raises(EnvError, match="task no-commit: base_commit"):
         load(EnvConfig(suite="swebench", tasks_path=str(rows_file), on_bad_task="fail"))
+
+
+_KINDS = '''
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("setup")
+
+@pytest.fixture
+def teardown_fails():
+    yield
+    raise RuntimeError("teardown")
+
+def test_pass():
+    pass
+
+def test_fail():
+    assert False
+
+def test_fail_printing_a_pass():
+    print("PASSED tests/test_kinds.py::test_fail_printing_a_pass")
+    assert False
+
+def test_error(broken):
+    pass
+
+def test_skip():
+    pytest.skip("cannot run here")
+
+@pytest.mark.xfail
+def test_xfail():
+    assert False
+
+def test_pass_then_teardown_error(teardown_fails):
+    pass
+
+@pytest.mark.parametrize("n", [1, 10])
+def test_p(n):
+    assert n == 1
+'''
+PASSING = {"tests/test_kinds.py::test_pass", "tests/test_kinds.py::test_p[1]"}
+
+
+@pytest.fixture(scope="module")
+def kinds_report(tmp_path_factory):
+    """pytest's own -rA report over one test of each outcome, run as hidden_test_argv runs it."""
+    root = tmp_path_factory.mktemp("kinds")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_kinds.py").write_text(_KINDS)
+    proc = subprocess.run(GitRepo("i", root, "", "", "", (), ()).hidden_test_argv(sys.executable),
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    return proc.stdout, proc.returncode
+
+
+_IDS = sorted(PASSING | {f"tests/test_kinds.py::test_{k}" for k in (
+    "fail", "fail_printing_a_pass", "error", "skip", "xfail", "pass_then_teardown_error",
+    "p[10]", "p", "never_ran")})
+
+
+@settings(max_examples=200)
+@given(fail_to_pass=st.lists(st.sampled_from(_IDS), unique=True, max_size=4),
+       pass_to_pass=st.lists(st.sampled_from(_IDS), unique=True, max_size=4))
+def test_a_swebench_task_passes_iff_every_wanted_test_passed(kinds_report, fail_to_pass,
+                                                            pass_to_pass):
+    """Reward 1 iff every FAIL_TO_PASS and PASS_TO_PASS test passed: not skipped, not xfailed,
+    not errored in teardown, not absent, not `test_p` standing for `test_p[1]`, not a PASSED
+    line the test printed itself; nothing wanted is no pass at all."""
+    output, status = kinds_report
+    repo = GitRepo("i", Path("."), "", "", "", tuple(fail_to_pass), tuple(pass_to_pass))
+    wanted = fail_to_pass + pass_to_pass
+    grade = repo.grade(output, status)
+    failed = sum(t not in PASSING for t in wanted)
+    assert (grade.tests_total, grade.tests_failed) == (len(wanted), failed)
+    assert grade.passed == (bool(wanted) and failed == 0)
