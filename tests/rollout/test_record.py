@@ -9,6 +9,8 @@ from dataclasses import replace
 import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset, load_dataset, load_from_disk
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollout.record import (
     FEATURES,
@@ -18,6 +20,7 @@ from rollout.record import (
     Provenance,
     SessionTrace,
     ToolCallRecord,
+    TurnPart,
     TurnRecord,
     build_record,
     error_record,
@@ -217,3 +220,85 @@ def test_a_run_that_finished_nothing_saves_an_empty_dataset_with_the_schema(tmp_
     ds = RecordSink(tmp_path).finalize()
     assert len(ds) == 0 and set(ds.features) == set(FEATURES)
     assert (tmp_path / "dataset" / "dataset_info.json").is_file()
+
+
+# -- properties over generated sessions ---------------------------------------------------------
+
+_tokens = st.lists(st.integers(0, 9), max_size=4)
+
+
+@st.composite
+def _session(draw):
+    """Turns whose prompts each extend the last prompt + completion by what the environment
+    added, and beside them what the joined sequence must be: ids, mask, logprobs, versions."""
+    want = {"token_ids": draw(_tokens.filter(bool)), "logprobs": [], "token_versions": []}
+    want["loss_mask"] = [0] * len(want["token_ids"])
+    want["logprobs"], want["token_versions"] = [0.0] * len(want["loss_mask"]), [-1] * len(
+        want["loss_mask"])
+    turns = []
+    for index in range(draw(st.integers(0, 4))):
+        if index:  # the tool's output and the next turn's markup
+            added = draw(_tokens)
+            want["token_ids"] += added
+            want["loss_mask"] += [0] * len(added)
+            want["logprobs"] += [0.0] * len(added)
+            want["token_versions"] += [-1] * len(added)
+        completion = draw(_tokens)
+        turn = _turn(index, list(want["token_ids"]), completion)
+        turn.completion_logprobs = draw(st.lists(st.sampled_from([-2.0, -0.25, 0.0]),
+                                                 min_size=len(completion),
+                                                 max_size=len(completion)))
+        cut = draw(st.integers(0, len(completion)))  # an update may cut the turn in two parts
+        turn.policy_version = draw(st.integers(0, 3))
+        if draw(st.booleans()):
+            turn.parts = [TurnPart(turn.policy_version, "a", cut),
+                          TurnPart(turn.policy_version + 1, "b", len(completion) - cut)]
+        versions = [p.version for p in turn.parts for _ in range(p.tokens)] if turn.parts \
+            else [turn.policy_version] * len(completion)
+        want["token_ids"] += completion
+        want["loss_mask"] += [1] * len(completion)
+        want["logprobs"] += turn.completion_logprobs
+        want["token_versions"] += versions
+        turns.append(turn)
+    return turns, want
+
+
+@settings(max_examples=200)
+@given(session=_session(), broken=st.booleans(), attempt=st.integers(0, 2),
+       reward=st.sampled_from([None, 0.0, 1.0]))
+def test_a_session_of_any_length_joins_into_its_sequence_or_none(session, broken, attempt,
+                                                                  reward):
+    """The trainer reads token_ids, loss_mask, logprobs and token_versions as one aligned
+    sequence: exactly the session's tokens with the sampled ones masked in, or nothing when a
+    prefix broke or no turn ran (no sequence, no training on it). Counts add up over turns,
+    the versions are those that sampled a token, a retry keeps its rollout id, and an unscored
+    rollout has no reward_info."""
+    turns, want = session
+    breaks = [PrefixBreak(len(turns) - 1, 0, "re-rendered")] if broken and turns else []
+    rec = build_record(Job("t", 3, attempt), PROV, Outcome("ok", "submitted", reward=reward),
+                       SessionTrace(turns=turns, breaks=breaks))
+    consistent = bool(turns) and not breaks
+    joined = {k: rec[k] for k in want}
+    assert joined == (want if consistent else dict.fromkeys(want, []))
+    assert rec["prefix_consistent"] == consistent
+    assert (rec["num_turns"], rec["prompt_tokens"], rec["completion_tokens"]) == (
+        len(turns), sum(len(t.prompt_token_ids) for t in turns),
+        sum(len(t.completion_token_ids) for t in turns))
+    assert rec["policy_version"] == (turns[0].policy_version if turns else 0)
+    assert rec["policy_versions"] == sorted(set(want["token_versions"]) - {-1})
+    assert (rec["rollout_id"], rec["attempt"]) == ("t/3", attempt)
+    assert (rec["reward_info"] is None) == (reward is None)
+    assert set(rec) == set(FEATURES)
+    FEATURES.encode_example(rec)
+
+
+@settings(max_examples=300)
+@given(sequence=_tokens, prompt=_tokens, shared=st.integers(0, 4))
+def test_prefix_break_is_the_first_position_the_prompt_leaves_the_sequence(sequence, prompt,
+                                                                           shared):
+    """A prompt that extends the sequence is no break; else the break is the first position of
+    the sequence that the prompt does not repeat (where it differs, or where it ends)."""
+    prompt = sequence[:shared] + prompt  # often a common head, so breaks land past position 0
+    where = next((i for i in range(len(sequence))
+                  if i >= len(prompt) or prompt[i] != sequence[i]), None)
+    assert prefix_break(sequence, prompt) == where
