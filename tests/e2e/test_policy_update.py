@@ -20,7 +20,7 @@ from rollout.rl.loop import Rollouts
 from serving import Endpoint, Generation, ModelConfig, Sampling, ServingConfig, open_front_door
 from serving.cluster import Cluster
 from serving.tiny_model import ensure_tiny_glm
-from tests.e2e.records import check_behaviour
+from tests.e2e.records import assert_fidelity, check_behaviour
 from tests.procs import new_job_processes, process_table
 
 pytestmark = pytest.mark.e2e
@@ -205,7 +205,8 @@ def test_a_turn_cut_by_an_update_goes_on_under_the_new_weights(topology, tmp_pat
         [rec for rec, _ in cut], kept,
         lambda folder: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(),
         SessionLogprobs(served))
-    assert skipped.reasons == {} and result.holds(), result.summary()
+    assert skipped.reasons == {}
+    assert_fidelity(result)
     assert new_job_processes(before_procs) == []
 
 
