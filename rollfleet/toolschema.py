@@ -3,7 +3,10 @@
 The serving side checks every call it reads from sampled tokens (and every call a server's own
 parser returns); an environment checks a call again before it runs it. Both ask this module, so
 a call is valid in one place exactly when it is valid in the other. The checker is the
-`jsonschema` library (draft 2020-12, formats asserted), not a reimplementation.
+`jsonschema` library (draft 2020-12), not a reimplementation. It asserts the formats the grammar
+writes as patterns (serving/toolcall/values.FORMATS, kept equal to ASSERTED_FORMATS by
+tests/rollfleet/test_toolschema.py); any other `format` is an annotation, as in JSON Schema
+itself and in the grammar, which could not keep a sampled value to it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ import jsonschema
 
 SCHEMA_ISSUES = ("missing_argument", "extra_argument", "wrong_type")
 _KIND = {"required": "missing_argument", "additionalProperties": "extra_argument"}
+ASSERTED_FORMATS = ("date", "date-time", "email", "hostname", "ipv4", "ipv6", "time", "uri",
+                    "uri-reference", "uuid")
+
+
+def _format_checker() -> jsonschema.FormatChecker:
+    """Draft 2020-12's checkers of ASSERTED_FORMATS alone (FormatChecker(formats) would pick
+    draft 3's `time`). A KeyError here: jsonschema's format extra is not installed."""
+    checker = jsonschema.FormatChecker(())
+    every = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
+    checker.checkers = {f: every[f] for f in ASSERTED_FORMATS}
+    return checker
+
+
+_FORMAT_CHECKER = _format_checker()
 
 
 @dataclass(frozen=True)
@@ -29,7 +46,7 @@ class SchemaProblem:
 def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
     schema = json.loads(schema_json)
     return jsonschema.Draft202012Validator(
-        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        schema, format_checker=_FORMAT_CHECKER)
 
 
 def schema_problems(arguments: Any, parameters: dict) -> list[SchemaProblem]:
@@ -48,4 +65,5 @@ def problem_kinds(arguments: Any, parameters: dict) -> list[str]:
     return list(dict.fromkeys(p.kind for p in schema_problems(arguments, parameters)))
 
 
-__all__ = ["SCHEMA_ISSUES", "SchemaProblem", "problem_kinds", "schema_problems"]
+__all__ = ["ASSERTED_FORMATS", "SCHEMA_ISSUES", "SchemaProblem", "problem_kinds",
+           "schema_problems"]

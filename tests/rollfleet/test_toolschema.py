@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from envs.tools import ToolCallError, check_arguments
-from rollfleet.toolschema import problem_kinds, schema_problems
+from rollfleet.toolschema import ASSERTED_FORMATS, problem_kinds, schema_problems
 from serving.toolcall.parser import check_call
 from serving.toolcall.values import FORMATS
 
@@ -94,8 +94,8 @@ def _arguments(draw, parameters: dict):
 @given(case=_parameters().flatmap(lambda p: st.tuples(st.just(p), st.one_of(
     _arguments(p), _json))))
 def test_the_checker_is_jsonschema_2020_12_with_formats_asserted(case):
-    """The parser and the tools both promise what `jsonschema` (draft 2020-12, formats
-    asserted) says: the same verdict and one problem per error it reports, for every schema
+    """The parser and the tools both promise what `jsonschema` (draft 2020-12, the grammar's
+    formats asserted) says: the same verdict and one problem per error it reports, for every schema
     of a run (the checkers are cached by schema: two schemas must never share one)."""
     parameters, arguments = case
     reference = Draft202012Validator(parameters,
@@ -215,6 +215,21 @@ def test_every_string_a_format_pattern_emits_passes_the_checker(case):
     string must pass the checker, or the engine emits calls the record counts as wrong."""
     fmt, text = case
     assert schema_problems(text, {"type": "string", "format": fmt}) == [], text
+
+
+_ALL_FORMATS = sorted(Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+@settings(max_examples=200)
+@given(fmt=st.sampled_from(_ALL_FORMATS), text=st.one_of(
+    st.text(max_size=6), st.sampled_from(["(", "a b", "2024-02-28", "P1D", "#fff", "/a/b"])))
+def test_only_the_formats_the_grammar_writes_are_asserted(fmt, text):
+    """A format the grammar does not write as a pattern is an annotation (values.py): the
+    grammar emits any string for it, so the checker asserting it would count the engine's
+    own calls as wrong (regex, idn-hostname, uri-template, duration, ...)."""
+    assert set(ASSERTED_FORMATS) == set(FORMATS)
+    valid = fmt not in FORMATS or Draft202012Validator.FORMAT_CHECKER.conforms(text, fmt)
+    assert (schema_problems(text, {"type": "string", "format": fmt}) == []) == valid
 
 
 # -- the environment and the server judge a call alike ------------------------------------------
