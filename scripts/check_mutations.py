@@ -177,9 +177,9 @@ MUTATIONS = [
      ["tests/serving/test_kvtier_connector.py::"
       "test_engines_agree_on_the_namespace_whatever_resets_each_saw"]),
     ("a Dynamo update aborts through a route that needs request ids", "serving/policy.py",
-     '        self._engine("pause_generation", {"mode": mode, "clear_cache": False})\n\n'
+     '                                          "clear_cache": False})\n\n'
      "    def load(",
-     '        self._engine("pause_generation", {"mode": mode, "clear_cache": False})\n'
+     '                                          "clear_cache": False})\n'
      '        if mode == "abort":\n'
      '            self._engine("abort_request", {"abort_all": True})\n\n'
      "    def load(",

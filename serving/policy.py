@@ -173,7 +173,12 @@ class DynamoControl(EngineControl):
         return answer
 
     def pause(self, mode: str) -> None:
-        self._engine("pause_generation", {"mode": mode, "clear_cache": False})
+        # A prefill worker's requests end at their first token: it lets them end and hand their
+        # KV off, and the decode workers, paused after it, wait for, cut or keep the turns as
+        # `mode` says. A request aborted on the prefill worker reaches the client as an error
+        # (Dynamo 1.6.1's frontend: HTTP 500), and its rollout starts over.
+        self._engine("pause_generation", {"mode": "wait" if self.hands_off_kv else mode,
+                                          "clear_cache": False})
 
     def load(self, checkpoint: PolicyCheckpoint) -> None:
         # Dynamo resets the prefix cache after loading but ignores the reset's result and

@@ -307,13 +307,16 @@ def test_a_prefill_worker_pauses_before_its_decode_worker_and_resumes_after_it(m
                                                                                mode):
     """A decode worker paused first reads no KV the prefill worker handed off, and the prefill
     worker's pause waits that KV's lease out (30 s in vLLM 0.31's NIXL connector; seen as a
-    30 s update on disagg); resumed first, the prefill worker hands off KV nobody reads yet."""
-    seen = []
+    30 s update on disagg); resumed first, the prefill worker hands off KV nobody reads yet.
+    The prefill worker lets its one-token requests end whatever the mode: the decode workers
+    treat the turns as the mode says."""
+    seen, modes = [], {}
 
     def request(method, url, json=None, params=None, timeout=None):
         worker, route = url.split("//")[1].split(":")[0], url.rsplit("/", 1)[-1]
         if route == "pause_generation" and not json["clear_cache"]:
             seen.append(f"{worker} pause")
+            modes[worker] = json["mode"]
         if route == "resume_generation":
             seen.append(f"{worker} resume")
         if route == "get_weight_version":
@@ -329,3 +332,4 @@ def test_a_prefill_worker_pauses_before_its_decode_worker_and_resumes_after_it(m
                                                                  "decode1 pause"]
     assert sorted(seen[3:5]) == ["decode0 resume", "decode1 resume"]
     assert seen[5:] == ["prefill0 resume"]
+    assert modes == {"prefill0": "wait", "decode0": mode, "decode1": mode}
