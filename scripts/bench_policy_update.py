@@ -10,7 +10,8 @@ Per topology, side by side in one run:
    `--groups` groups: no update, then an update after every step in each mode (`--modes`):
    turns and completion tokens per second (against no update), the update's own time (from
    `update_weights` until every engine samples on the new version), tokens thrown away (turns
-   sampled again), turns continued across an update, rollouts lost.
+   sampled again), turns continued across an update, rollouts started over after an error,
+   rollouts lost.
 
     python scripts/bench_policy_update.py --out bench/policy_update.json
 """
@@ -106,6 +107,9 @@ def loop_costs(overrides: list[str], ckpts: list[Path], steps: int, groups: int,
             "update_s": round(statistics.median(updates), 3) if updates else None,
             "update_max_s": round(max(updates), 3) if updates else None,
             "lost": sum(rec["status"] in ("infra_error", "error") for rec in records),
+            # started over after an infrastructure error (what they had sampled is not counted
+            # in discarded_tokens)
+            "retried_rollouts": sum(rec["attempt"] > 0 for rec in records),
             "resampled_turns": sum(t["resampled"] for t in turns),
             "discarded_tokens": sum(t["discarded_tokens"] for t in turns),
             "continued_turns": sum(len(t["parts"]) > 1 for t in turns),
@@ -156,7 +160,7 @@ def main() -> None:
               f"{u['resume_s']:>7.2f}{u['total_s']:>8.2f}{u['restart_s']:>9.1f}"
               f"{u['restart_over_update']:>7.1f}")
     print(f"\n{'topology':<16}{'mode':<10}{'turns/s':>8}{'tok/s':>8}{'vs none':>8}{'update s':>9}"
-          f"{'thrown':>8}{'continued':>10}{'lost':>6}")
+          f"{'thrown':>8}{'continued':>10}{'retried':>8}{'lost':>6}")
     for name, r in results.items():
         base = r["loop"]["none"].get("tokens_per_s")
         for mode, got in r["loop"].items():
@@ -166,7 +170,7 @@ def main() -> None:
             share = f"{got['tokens_per_s'] / base:.0%}" if base else "-"
             print(f"{name:<16}{mode:<10}{got['turns_per_s']:>8.2f}{got['tokens_per_s']:>8.1f}"
                   f"{share:>8}{got['update_s'] or 0:>9.2f}{got['discarded_tokens']:>8}"
-                  f"{got['continued_turns']:>10}{got['lost']:>6}")
+                  f"{got['continued_turns']:>10}{got['retried_rollouts']:>8}{got['lost']:>6}")
 
 
 def _write(args: argparse.Namespace, results: dict) -> None:
