@@ -50,11 +50,13 @@ def serve(argv: list[str]) -> int:
     try:
         with Cluster(serving, model, run_dir, cache_dir(cfg.cache_dir)) as endpoint:
             app = ToolCallProxy(endpoint).app()
-            print(f"serving {endpoint.model} at http://{front.host}:{front.port}/v1 "
-                  f"(topology {serving.mode}; logs in {run_dir}); Ctrl-C stops it", flush=True)
-            # returns on Ctrl-C or SIGTERM (aiohttp takes the interrupt); requests still in
-            # flight get SHUTDOWN_GRACE_S, not aiohttp's 60 s, before they are cancelled
-            web.run_app(app, host=front.host, port=front.port, print=None,
+            ready = (f"serving {endpoint.model} at http://{front.host}:{front.port}/v1 "
+                     f"(topology {serving.mode}; logs in {run_dir}); Ctrl-C stops it")
+            # aiohttp calls `print` once the port listens: a client that waits for the line
+            # never finds the port closed. Returns on Ctrl-C or SIGTERM (aiohttp takes the
+            # interrupt); requests in flight get SHUTDOWN_GRACE_S, not aiohttp's 60 s.
+            web.run_app(app, host=front.host, port=front.port,
+                        print=lambda _: print(ready, flush=True),
                         handle_signals=False, access_log=None,
                         shutdown_timeout=SHUTDOWN_GRACE_S)
     except ServingError as exc:
