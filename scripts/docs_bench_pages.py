@@ -23,7 +23,8 @@ PAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "rl": ("RL: updates, behaviour logprobs, the example loop",
            "What a weight update costs, how the recorded logprobs match a recompute, and the "
            "example trainer's steps ([RL training](../../guides/rl-training.md)).",
-           ("bench/policy_update.json", "bench/behaviour.json", "bench/rl_loop_steps.json")),
+           ("bench/policy_update.json", "bench/policy_update_disagg.json", "bench/behaviour.json",
+            "bench/rl_loop_steps.json")),
     "rollout": ("The rollout engine and the sandbox",
                 "The engine's ceiling against mocker engines, the comparison with vf-eval, the "
                 "grammar's cost, admission, and the sandbox's costs "
