@@ -176,9 +176,11 @@ class Session:
         (version, checkpoint digest, tokens), the tokens of each attempt an update spoiled and
         that were sampled again). An update cuts a turn by aborting its request (the engines'
         pause): with `continue_turns` the turn goes on from its tokens so far under the new
-        weights, else it is sampled again whole. An attempt whose tokens may be of two
-        versions (a pause fell inside it and it was not cut, or two fell inside it) is sampled
-        again from the last point whose version is known."""
+        weights, else it is sampled again whole. With `continue_turns` (the engines pause by
+        aborting what they hold) an attempt one pause fell inside and did not cut ran whole
+        after it, on what that update installed; any other attempt a pause fell inside may hold
+        tokens of two versions and is sampled again from the last point whose version is
+        known."""
         key = f"{self.session_id}:{n}"
         thrown: list[int] = []
         parts, so_far = [], None
@@ -190,17 +192,20 @@ class Session:
                                                   self.env.tools, budget, seed, self.session_id,
                                                   self._experts_from(), so_far)
             finally:
-                pauses = await self.fence.end(key)
+                end = await self.fence.end(key)
             new = len(done.generation.token_ids) - sum(p.tokens for p in parts)
             cut = done.generation.finish_reason == "abort"
-            if cut and self.limits.continue_turns and pauses <= 1:
+            if cut and self.limits.continue_turns and end.pauses <= 1:
                 if new:  # sampled before the cut: it stays, tagged with its policy
                     parts.append(TurnPart(version, checkpoint, new))
                     so_far = done
                 continue
-            if not cut and pauses == 0:
+            sampled_by = (version, checkpoint) if end.pauses == 0 else (
+                # the engines paused by aborting what they held: uncut, it ran after the pause
+                end.after if self.limits.continue_turns and end.pauses == 1 else None)
+            if not cut and sampled_by is not None:
                 if new or not parts:
-                    parts.append(TurnPart(version, checkpoint, new))
+                    parts.append(TurnPart(*sampled_by, new))
                 return done, parts, thrown
             thrown.append(new)  # where these tokens changed policy cannot be told
 

@@ -94,14 +94,21 @@ MUTATIONS = [
      ["tests/serving/toolcall/test_utf8.py::"
       "test_a_grammar_of_characters_refuses_overlong_forms_once_guarded"]),
     ("a turn an update cut short is recorded anyway", "rollout/session.py",
-     "            if not cut and pauses == 0:", "            if True:",
+     "            if not cut and sampled_by is not None:", "            if True:",
      ["tests/rollout/test_session.py::"
       "test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version"]),
     ("a continued turn keeps what ran across two pauses", "rollout/session.py",
-     "            if cut and self.limits.continue_turns and pauses <= 1:",
+     "            if cut and self.limits.continue_turns and end.pauses <= 1:",
      "            if cut and self.limits.continue_turns:",
      ["tests/rollout/test_session.py::test_a_continued_request_two_pauses_fell_inside_is_"
       "sampled_again_from_the_last_known_point"]),
+    ("an uncut request a pause fell inside is tagged with the version it began on",
+     "rollout/session.py",
+     "                end.after if self.limits.continue_turns and end.pauses == 1 else None)",
+     "                (version, checkpoint) if self.limits.continue_turns and end.pauses == 1 "
+     "else None)",
+     ["tests/rollout/test_session.py::test_a_continued_request_one_pause_fell_inside_uncut_"
+      "ran_whole_on_the_new_version"]),
     ("KV arriving during a load is let land on the new weights", "serving/policy.py",
      "            _go_back(controls, loaded, previous, mode, publish)\n            loaded.clear()",
      "            on_all(controls, lambda c: c.settle(mode))",

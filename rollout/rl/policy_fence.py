@@ -17,7 +17,9 @@ updates the weights in the mode chosen (rollout.update_mode; rollout/rl/policy_u
   weights from its tokens so far, and records which version sampled which (its `parts`). Only
   a request one pause cut is taken so: one that two pauses fell inside (it reached an engine
   after the first and ran on the new weights before the second cut it) holds tokens of an
-  unknown version, and only those are sampled again.
+  unknown version, and only those are sampled again. A request one pause fell inside but did
+  not cut reached the engines after it (they abort what they hold), so it ran whole on what
+  that update installed, and is tagged so.
 Otherwise a turn is recorded only if no pause fell inside it, so no recorded turn holds tokens
 of two versions unbeknown. Without a board (a plain run) every turn is version 0.
 """
@@ -25,7 +27,18 @@ of two versions unbeknown. Without a board (a plain run) every turn is version 0
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """What a turn's request ran across: `pauses` engine pauses, and `after`, the (version,
+    digest) the engines served once the first of them was over (None: no pause, or its update
+    had not finished when the turn ended)."""
+
+    pauses: int
+    after: tuple[int, str] | None = None
 
 
 class PolicyBoard:
@@ -36,6 +49,7 @@ class PolicyBoard:
         self.pauses = 0  # engine pauses so far: a turn that saw one is not recorded
         self.updating = False
         self.in_flight: dict[str, int] = {}  # turn -> pauses when it began
+        self.served_after: dict[int, tuple[int, str]] = {}  # pause -> what its update served
         self._open = asyncio.Event()
         self._open.set()
 
@@ -47,10 +61,11 @@ class PolicyBoard:
         self.in_flight[turn] = self.pauses
         return self.version, self.checkpoint
 
-    def end(self, turn: str) -> int:
-        """How many engine pauses fell inside the turn: none, and it ran whole on one version;
+    def end(self, turn: str) -> TurnEnd:
+        """The engine pauses that fell inside the turn: none, and it ran whole on one version;
         one, and what it sampled before the pause cut it is of its version."""
-        return self.pauses - self.in_flight.pop(turn, self.pauses)
+        began = self.in_flight.pop(turn, self.pauses)
+        return TurnEnd(self.pauses - began, self.served_after.get(began + 1))
 
     def start_update(self) -> None:
         """No turn begins until `finish_update`."""
@@ -66,6 +81,7 @@ class PolicyBoard:
 
     def finish_update(self, version: int, checkpoint: str) -> None:
         self.version, self.checkpoint = version, checkpoint
+        self.served_after[self.pauses] = (version, checkpoint)
         self.updating = False
         self._open.set()
 
@@ -86,8 +102,8 @@ class TurnFence:
             return 0, self.checkpoint
         return tuple(await self.board.begin.remote(turn))
 
-    async def end(self, turn: str) -> int:
-        return 0 if self.board is None else await self.board.end.remote(turn)
+    async def end(self, turn: str) -> TurnEnd:
+        return TurnEnd(0) if self.board is None else await self.board.end.remote(turn)
 
 
 def remote_board(version: int = 0, checkpoint: str = "") -> Any:

@@ -15,7 +15,7 @@ from envs import EnvConfig, load
 from rollfleet.paths import ROOT
 from rollout.model_client import ModelClient, SamplingConfig
 from rollout.record import Job, Provenance
-from rollout.rl.policy_fence import TurnFence
+from rollout.rl.policy_fence import TurnEnd, TurnFence
 from rollout.session import Session, SessionLimits, request_seed
 from serving import (
     Endpoint,
@@ -102,18 +102,20 @@ def test_each_turn_records_the_sampling_it_was_sent_with():
 
 class Versions(TurnFence):
     """The board's answers, scripted: the version each `begin` gets, how many engine pauses
-    fell inside each attempt."""
+    fell inside each attempt (and the version served after the first, if known)."""
 
-    def __init__(self, versions, pauses):
+    def __init__(self, versions, pauses, after=None):
         super().__init__()
         self.versions, self.pauses = list(versions), list(pauses)
+        self.after = list(after or [None] * len(self.pauses))
 
     async def begin(self, turn):
         version = self.versions.pop(0)
         return version, f"digest-{version}"
 
     async def end(self, turn):
-        return self.pauses.pop(0)
+        after = self.after.pop(0)
+        return TurnEnd(self.pauses.pop(0), None if after is None else (after, f"digest-{after}"))
 
 
 def test_a_turn_an_update_cut_is_sampled_again_and_tagged_with_the_new_version():
@@ -298,10 +300,27 @@ def test_a_continued_request_two_pauses_fell_inside_is_sampled_again_from_the_la
     assert door.prompts[2] == door.prompts[0] + cut[:3]
     assert [(p["version"], p["tokens"]) for p in first["parts"]] == [(0, 3), (2, len(cut) - 3)]
     assert (first["resampled"], first["discarded_tokens"]) == (1, 2)
-    # not cut, yet a pause fell inside: thrown the same way, from the last known point
+    # not cut, a pause inside, the version it installed not known yet: thrown the same way
     rec, door = run([(cut[:3], "abort"), cut[3:], cut[3:], call("submit")], limits=limits,
                     fence=Versions([0, 1, 1, 1], [1, 1, 0, 0]))
     assert door.resumed[2] == cut[:3]
     assert [(p["version"], p["tokens"]) for p in rec["turns"][0]["parts"]] == [
         (0, 3), (1, len(cut) - 3)]
     assert rec["turns"][0]["discarded_tokens"] == len(cut) - 3
+
+
+def test_a_continued_request_one_pause_fell_inside_uncut_ran_whole_on_the_new_version():
+    """The engines pause by aborting what they hold: a request the pause did not cut reached
+    them after it, so every token of it is of what that update installed (not of the version
+    its attempt began on); kept so, with continue only. Without continue, sampled again."""
+    cut = RENDERER.encode(call("run_tests"))
+    limits = SessionLimits(4, 6144, 16384, continue_turns=True)
+    rec, door = run([(cut[:3], "abort"), cut[3:], call("submit")], limits=limits,
+                    fence=Versions([0, 1, 2], [1, 1, 0], [1, 2, None]))
+    first = rec["turns"][0]
+    assert [(p["version"], p["checkpoint"], p["tokens"]) for p in first["parts"]] == [
+        (0, "digest-0", 3), (2, "digest-2", len(cut) - 3)]
+    assert (first["resampled"], first["discarded_tokens"]) == (0, 0)
+    rec, _ = run([call("run_tests"), call("run_tests"), call("submit")],
+                 fence=Versions([0, 1, 1], [1, 0, 0], [1, None, None]))
+    assert rec["turns"][0]["resampled"] == 1 and rec["turns"][0]["parts"][0]["version"] == 1

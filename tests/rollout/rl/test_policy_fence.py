@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from rollout.rl.policy_fence import PolicyBoard
+from rollout.rl.policy_fence import PolicyBoard, TurnEnd
 
 
 def run(coro):
@@ -18,7 +18,7 @@ def test_a_turn_with_no_pause_inside_is_whole_and_tagged():
     async def go():
         version = await board.begin("t")
         return version, board.end("t")
-    assert run(go()) == ((3, "abc"), 0)
+    assert run(go()) == ((3, "abc"), TurnEnd(0))
 
 
 def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
@@ -31,13 +31,13 @@ def test_wait_mode_lets_turns_in_flight_finish_on_the_old_weights():
         late = asyncio.create_task(board.begin("new"))
         await asyncio.sleep(0.01)
         assert not late.done()  # waits for the update
-        assert board.end("old") == 0  # finished before the engines paused
+        assert board.end("old") == TurnEnd(0)  # finished before the engines paused
         assert board.turns_in_flight() == 0
         board.paused()
         board.finish_update(1, "v1")
         assert await late == (1, "v1")
         return board.end("new")
-    assert run(go()) == 0
+    assert run(go()) == TurnEnd(0)
 
 
 @pytest.mark.parametrize("mode", ["abort", "keep"])
@@ -49,11 +49,11 @@ def test_abort_and_keep_modes_sample_the_turns_in_flight_again(mode):
         await board.begin("t")
         board.start_update()
         board.paused()
-        assert board.end("t") == 1  # cut short (abort) or straddling (keep)
+        assert board.end("t") == TurnEnd(1)  # cut short (abort) or straddling (keep)
         board.finish_update(1, "v1")
         assert await board.begin("t") == (1, "v1")  # the same turn again, on the new weights
         return board.end("t")
-    assert run(go()) == 0
+    assert run(go()) == TurnEnd(0)
 
 
 def test_an_update_that_fails_reopens_the_board_on_the_version_served():
@@ -63,3 +63,23 @@ def test_an_update_that_fails_reopens_the_board_on_the_version_served():
         board.finish_update(2, "v2")  # rollout/rl/policy_update.py: what the fleet still serves
         return await asyncio.wait_for(board.begin("t"), 1)
     assert run(go()) == (2, "v2")
+
+
+def test_a_turn_that_ends_after_an_update_learns_what_that_update_served():
+    """A turn one pause fell inside hears the version its update installed once the update is
+    over (not before; the version and digest of a failed one's rollback too)."""
+    board = PolicyBoard(version=0, checkpoint="v0")
+
+    async def go():
+        await board.begin("early")
+        await board.begin("late")
+        board.start_update()
+        board.paused()
+        early = board.end("early")  # the update is not over yet
+        board.finish_update(1, "v1")
+        await board.begin("next")
+        board.start_update()
+        board.paused()
+        board.finish_update(1, "v1")  # failed: the fleet still serves v1
+        return early, board.end("late"), board.end("next")
+    assert run(go()) == (TurnEnd(1), TurnEnd(2, (1, "v1")), TurnEnd(1, (1, "v1")))
