@@ -12,6 +12,7 @@ writes now, and when a JSON file has no page.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,10 @@ def citing_pages(path: str) -> list[str]:
     # a file in a folder of runs (bench/launcher_ab/...) is cited by its folder
     name = Path(path).name if Path(path).parent.name in ("bench", "results") else \
         f"{Path(path).parent}/"
+    # a whole name: bench/disagg.json is not cited by a page naming policy_update_disagg.json
+    named = re.compile(rf"(?<![\w.-]){re.escape(name)}")
     return sorted(str(p.relative_to(docs)) for p in docs.rglob("*.md")
-                  if OUT not in p.parents and name in _with_snippets(p.read_text()))
+                  if OUT not in p.parents and named.search(_with_snippets(p.read_text())))
 
 
 def _with_snippets(text: str) -> str:

@@ -37,3 +37,10 @@ def test_what_a_json_does_not_record_is_said_not_guessed() -> None:
 def test_a_few_members_with_many_figures_are_one_column_each() -> None:
     node = {name: {f"figure{i}": i for i in range(pages.MAX_COLUMNS + 1)} for name in "ab"}
     assert pages.render_node(node, "t", 3)[2:4] == ["|  | a | b |", "|---|---|---|"]
+
+
+def test_a_page_cites_a_json_by_its_whole_name() -> None:
+    """The RL guide names bench/policy_update_disagg.json, which ends like bench/disagg.json."""
+    assert "guides/rl-training.md" in pages.citing_pages("bench/policy_update_disagg.json")
+    assert "guides/rl-training.md" not in pages.citing_pages("bench/disagg.json")
+    assert "guides/serving-topologies.md" in pages.citing_pages("bench/disagg.json")
