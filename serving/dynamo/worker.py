@@ -21,6 +21,10 @@ from serving.vllm_engine import engine_args, engine_env
 ROLES = ("agg", "prefill", "decode")
 NIXL_PROGRESS_DELAY_US = 1000  # CPU hosts: NIXL's progress thread sleeps 1 ms between polls
 
+# log lines after which a worker never becomes ready although it keeps running: a listener
+# thread (NIXL's handshake) that could not bind dies alone
+FATAL = (r"ZMQError: Address already in use",)
+
 
 class DynamoWorker:
     """A vLLM engine registered with Dynamo; `start()` returns once it serves its endpoints.
@@ -41,8 +45,12 @@ class DynamoWorker:
         self.plane_env = plane_env
         self.core = core
         self.kv_tier = kv_tier  # the KV tier's connector settings (serving/kvtier/), if any
-        self.system_port = free_port(cfg.host, below=32768)  # Dynamo reads it as an i16
-        self.nixl_port = free_port(cfg.host)
+        # Both below the kernel's ephemeral ports (32768 up): a port from there can be taken by
+        # any outgoing connection before the worker binds it (CI: the NIXL side channel's bind
+        # failed, "Address already in use", and the worker hung unready). Dynamo reads the
+        # system port as an i16 besides.
+        self.system_port = free_port(cfg.host, below=32768)
+        self.nixl_port = free_port(cfg.host, below=32768)
         self.instance_id = ""  # Dynamo's worker id (hex), known once it has registered
         self.retired = False  # being stopped or replaced: nobody should restart it
         self.process: ManagedProcess | None = None
@@ -98,7 +106,8 @@ class DynamoWorker:
 
     def start(self) -> None:
         self.process = ManagedProcess(f"dynamo-{self.name}", self.argv(), self.env(),
-                                      RunDir(self.run_dir).log(f"worker-{self.name}"))
+                                      RunDir(self.run_dir).log(f"worker-{self.name}"),
+                                      fatal=FATAL)
 
     def wait_ready(self, deadline: float, abort: threading.Event | None = None) -> None:
         """Block until the worker's endpoints are ready, then learn its Dynamo instance id."""

@@ -1,9 +1,11 @@
 """The flags and environment every engine gets (the running engines are checked in tests/e2e)."""
 
 import json
+import re
 from pathlib import Path
 
 from serving.config import ModelConfig, ServingConfig
+from serving.dynamo import worker as worker_module
 from serving.dynamo.plane import SOCKETS_ENV
 from serving.dynamo.worker import DynamoWorker
 from serving.engine.plugin import BEHAVIOUR_LOGPROBS_ENV, UNMASKED_LOGPROBS_ENV
@@ -47,3 +49,19 @@ def test_dynamo_workers_get_the_same_engine_flags(tmp_path):
         "ipc:///tmp/rollfleet-x/kv-events-decode0")
     assert env["TMPDIR"] == "/tmp/rollfleet-x"  # removed with the control plane
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+
+
+def test_a_dynamo_workers_listening_ports_are_not_ones_an_outgoing_connection_can_take(
+        tmp_path):
+    """The kernel hands outgoing connections ports from 32768 up: a listener's port picked
+    there early can be taken before the worker binds it (CI: NIXL's handshake thread died on
+    "Address already in use" and the worker hung unready for 300 s). Such a line now fails the
+    start at once."""
+    workers = [DynamoWorker(f"prefill{i}", "prefill", Path("/m"), ModelConfig(),
+                            ServingConfig(), tmp_path, tmp_path, {SOCKETS_ENV: "/tmp/x"})
+               for i in range(20)]
+    ports = [p for w in workers for p in (w.system_port, w.nixl_port)]
+    assert max(ports) < 32768 and len(set(ports)) == len(ports)
+    assert int(workers[0].env()["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == workers[0].nixl_port
+    line = "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:48919')"
+    assert any(re.search(p, line) for p in worker_module.FATAL)
