@@ -1,18 +1,15 @@
 """scripts/bench_rollout.py's process accounting, on a real process tree."""
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 
-from rollfleet.paths import ROOT
+from tests.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location("bench_rollout", ROOT / "scripts/bench_rollout.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_script("bench_rollout")
 
 # A Ray worker's life as the monitor reads it: titled `ray::IDLE` while it burns a second of
 # CPU (then it writes when, and how much), then the same process titled as an actor.

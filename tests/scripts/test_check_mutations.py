@@ -3,16 +3,13 @@ code it breaks, and each test it names still exists (the day the code moves, thi
 full run of the script weeks later)."""
 
 import ast
-import importlib.util
 
 import pytest
 
 from rollfleet.paths import ROOT
+from tests.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location("check_mutations",
-                                               ROOT / "scripts" / "check_mutations.py")
-check_mutations = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_mutations)
+check_mutations = load_script("check_mutations")
 MUTATIONS = check_mutations.MUTATIONS
 
 

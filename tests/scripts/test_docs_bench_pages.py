@@ -2,16 +2,11 @@
 every JSON file has a page, each committed page is what the generator writes from the JSON now,
 and what a JSON does not record is said to be missing, never filled in."""
 
-import importlib.util
-import sys
 
 from rollfleet.paths import ROOT
+from tests.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location("docs_bench_pages",
-                                               ROOT / "scripts/docs_bench_pages.py")
-pages = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = pages
-_spec.loader.exec_module(pages)
+pages = load_script("docs_bench_pages")
 
 
 def test_every_json_has_a_page() -> None:

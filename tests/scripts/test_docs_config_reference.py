@@ -2,19 +2,14 @@
 every key of every group has a meaning, every group under conf/ is there, and the committed
 page is what the generator writes now."""
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field
 
 import yaml
 
-from rollfleet.paths import CONF, ROOT
+from rollfleet.paths import CONF
+from tests.scripts import load_script
 
-_spec = importlib.util.spec_from_file_location("docs_config_reference",
-                                               ROOT / "scripts/docs_config_reference.py")
-ref = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = ref  # its dataclass looks its module up
-_spec.loader.exec_module(ref)
+ref = load_script("docs_config_reference")
 
 
 @dataclass(frozen=True)
