@@ -87,11 +87,11 @@ def check_ray(address: str | None) -> None:
                           f"({type(exc).__name__}: {exc})") from None
 
 
-def init_ray(cfg: RayConfig, rollout: RolloutConfig) -> None:
+def init_ray(cfg: RayConfig, rollout: RolloutConfig, namespace: str | None = None) -> None:
     """`ray.address` null: a Ray of the job's own ("local": never a cluster found on this
     host), with the CPUs its workers ask for."""
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True,
-                              "configure_logging": False}
+                              "configure_logging": False, "namespace": namespace}
     if cfg.address:
         ray.init(address=cfg.address, **kwargs)
     else:
@@ -152,8 +152,9 @@ class Fleet:
         self.provenance = Provenance(self.run.path.name, g["model"].name, endpoint.model_dir,
                                      config_hash(cfg), int(cfg.seed), package_versions(),
                                      served.digest)
-        init_ray(g["ray"], rollout)
-        self._stack.callback(ray.shutdown)
+        if not ray.is_initialized():  # else whoever started Ray runs it (rollout/rl/service.py)
+            init_ray(g["ray"], rollout)
+            self._stack.callback(ray.shutdown)
         if threading.current_thread() is threading.main_thread():
             terminate_on_sigterm()  # ray.init installs its own handler: ours again
         if self.policy_board:

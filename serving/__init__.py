@@ -3,9 +3,10 @@
 This top level is the client face: what a process that samples from a running cluster needs
 (the job's Ray actors import only this, and importing it loads no engine, router or KV tier).
 The driver starts, reuses and stops clusters through `running_cluster` (serving/cluster.py),
-loaded on first use, as is a trainer's replay of the grammar masks (`GrammarReplay`,
-serving/toolcall/replay.py); code that runs inside engine processes is in `serving.engine`;
-`serving.serve` and `planner` are standalone apps.
+loaded on first use, as are a trainer's replay of the grammar masks (`GrammarReplay`,
+serving/toolcall/replay.py) and the two ends of weights sent from a trainer's ranks
+(`WeightSender`, `Transfer`: serving/weight_transfer.py); code that runs inside engine
+processes is in `serving.engine`; `serving.serve` and `planner` are standalone apps.
 """
 
 from typing import Any
@@ -22,11 +23,14 @@ __all__ = [
     "ISSUE_KINDS", "PAUSE_MODES", "CallTooLong", "Endpoint", "EngineSlot", "FrontDoor",
     "Generation", "GrammarReplay", "KvState", "MetricsError", "ModelConfig", "PromptTooLong",
     "Roster", "SampledCall", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
-    "ToolCallSampler", "ToolTurn", "TurnTooLong", "open_front_door", "running_cluster",
+    "ToolCallSampler", "ToolTurn", "Transfer", "TurnTooLong", "WeightSender",
+    "open_front_door", "running_cluster",
 ]
 
 _LAZY = {"running_cluster": ("serving.cluster", "running_cluster"),
-         "GrammarReplay": ("serving.toolcall.replay", "GrammarReplay")}
+         "GrammarReplay": ("serving.toolcall.replay", "GrammarReplay"),
+         "Transfer": ("serving.weight_transfer", "Transfer"),
+         "WeightSender": ("serving.weight_transfer", "WeightSender")}
 
 
 def __getattr__(name: str) -> Any:

@@ -39,8 +39,9 @@ class PolicyCheckpoint:
     """One version of the policy: where its weights are, and what they are."""
 
     version: int
-    path: str  # a folder an engine loads (config, tokenizer and weights)
-    digest: str  # sha256 over the weight files' names and bytes
+    path: str  # a folder an engine loads (config, tokenizer and weights); "": none, the
+    # weights came from a trainer's ranks (serving/weight_transfer.py) and only it keeps them
+    digest: str  # sha256 over the weight files' names and bytes, or the transfer plan's
 
     @property
     def label(self) -> str:
@@ -181,7 +182,7 @@ class CheckpointStore:
 
     def owns(self, checkpoint: PolicyCheckpoint) -> bool:
         """Whether the store wrote it (and so may delete it)."""
-        return Path(checkpoint.path).parent == self.root
+        return bool(checkpoint.path) and Path(checkpoint.path).parent == self.root
 
     def from_tensors(self, tensors: dict[str, Any], version: int) -> PolicyCheckpoint:
         """Checked, then written once as a folder an engine loads."""
@@ -218,8 +219,16 @@ class CheckpointStore:
             checkpoint = folder
         return self._add(version, checkpoint)
 
-    def _add(self, version: int, folder: Path) -> PolicyCheckpoint:
-        checkpoint = PolicyCheckpoint(version, str(folder), digest_of(folder))
+    def from_transfer(self, schema: dict[str, tuple[str, tuple[int, ...]]], digest: str,
+                      version: int) -> PolicyCheckpoint:
+        """Weights a trainer's ranks send (their plan's tensors and digest), checked: listed,
+        with no folder."""
+        check_tensors(tensors_of(self.like), schema, "the new weights")
+        return self._add(version, None, digest)
+
+    def _add(self, version: int, folder: Path | None, digest: str = "") -> PolicyCheckpoint:
+        checkpoint = (PolicyCheckpoint(version, str(folder), digest_of(folder)) if folder
+                      else PolicyCheckpoint(version, "", digest))
         self.kept[version] = checkpoint
         self._write_index()
         return checkpoint

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import logging
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,12 @@ from serving.endpoint import Endpoint, EngineSlot, Roster
 from serving.errors import ServingError
 from serving.kvtier import MooncakeTier
 from serving.model_dir import engine_stop_ids, resolve_model_dir, tokenizer_markup_ids
-from serving.policy import FleetBroken, UpdateTimes, update_fleet
+from serving.policy import FleetBroken, Incoming, UpdateTimes, update_fleet
 from serving.process import sweep_socket_folders
 from serving.topologies import TOPOLOGIES, topology_class
 from serving.topologies.base import Placement, Topology
+from serving.weight_transfer import TIMEOUT_S as TRANSFER_TIMEOUT_S
+from serving.weight_transfer import Rendezvous, Transfer
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +126,13 @@ class Cluster:
         self.topology.restart(name)
         return next(e for e in self.roster.engines() if e.name == name)
 
-    def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
-                       mode: str = "wait") -> UpdateTimes:
+    def update_weights(self, source: Path | dict[str, Any] | Transfer,
+                       version: int | None = None, mode: str = "wait") -> UpdateTimes:
         """New policy weights on every engine, in place (serving/policy.py): `source` is a
-        checkpoint folder (safetensors) or the tensors themselves (name -> tensor), checked
-        against the served model before anything is written or loaded, then kept in the run
-        folder as serving.keep_checkpoints and serving.keep_every say (serving/checkpoints.py).
+        checkpoint folder (safetensors), the tensors themselves (name -> tensor), or a
+        `Transfer` from a trainer's ranks, checked against the served model before anything
+        is written or loaded; tensors and folders are then kept in the run folder as
+        serving.keep_checkpoints and serving.keep_every say (serving/checkpoints.py).
         `version` (default: the next) must be newer than the one served. No worker restarts
         while it runs."""
         topology = self.topology
@@ -145,18 +150,27 @@ class Cluster:
             if self.checkpoints is None:
                 self.checkpoints = CheckpointStore(self.run_dir, current, Retention(
                     self.serving.keep_checkpoints, self.serving.keep_every))
-            store = self.checkpoints
-            checkpoint = (store.from_tensors(source, version) if isinstance(source, dict)
-                          else store.from_folder(Path(source), version))
-            try:
-                times = update_fleet(topology.controls(), checkpoint, current, mode,
-                                     lambda c: write_served(self.run_dir, c))
-            except FleetBroken as exc:
-                self.broken = str(exc)
-                raise
-            except PolicyUpdateError:
-                store.discard(checkpoint, current)
-                raise
+            store, controls = self.checkpoints, topology.controls()
+            with contextlib.ExitStack() as stack:
+                incoming = None
+                if isinstance(source, Transfer):
+                    checkpoint = store.from_transfer(source.plan.schema(), source.plan.digest,
+                                                     version)
+                    incoming = stack.enter_context(self._incoming(source, version,
+                                                                  len(controls)))
+                elif isinstance(source, dict):
+                    checkpoint = store.from_tensors(source, version)
+                else:
+                    checkpoint = store.from_folder(Path(source), version)
+                try:
+                    times = update_fleet(controls, checkpoint, current, mode,
+                                         lambda c: write_served(self.run_dir, c), incoming)
+                except FleetBroken as exc:
+                    self.broken = str(exc)
+                    raise
+                except PolicyUpdateError:
+                    store.discard(checkpoint, current)
+                    raise
             self.served = topology.served = checkpoint
             self.roster.policy_version = version
             store.retain(checkpoint)
@@ -164,6 +178,21 @@ class Cluster:
             log.info("policy version %s served (%s): %.2f s", checkpoint.label,
                      checkpoint.path, times.total_s)
             return times
+
+    @contextlib.contextmanager
+    def _incoming(self, transfer: Transfer, version: int, engines: int) -> Iterator[Incoming]:
+        """Where this update's groups meet: a TCP store of the cluster's on serving.host, open
+        while the update runs; the trainer's ranks are told through `transfer.ready`."""
+        import torch.distributed as dist
+
+        store = dist.TCPStore(self.serving.host, 0, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=TRANSFER_TIMEOUT_S))
+        rendezvous = Rendezvous(self.serving.host, store.port,
+                                f"v{version}-{uuid.uuid4().hex[:8]}", engines)
+        try:
+            yield Incoming(transfer.plan, rendezvous, lambda: transfer.ready(rendezvous))
+        finally:
+            del store
 
     def stop(self) -> None:
         with self._lock:

@@ -14,6 +14,15 @@ fails or reports another version, every engine goes back to the previous checkpo
 way, so the fleet never serves two versions; if that fails too, or the resume does, the error
 (`FleetBroken`) names every engine and the version it reports, and nothing resumes.
 
+Weights that come from a trainer's ranks instead of a folder (`Incoming`,
+serving/weight_transfer.py) are received by every engine, staged and checked, after the pause
+and before any engine loads: a rank that never sends or bytes that arrive wrong fail the update
+with every engine still on the old weights. They load from the staged copy, which stays until
+the update ends, so a load undone and done again needs no second transfer. Going back needs
+the previous version's weights: a folder's (the model's, or a folder a trainer handed over);
+after weights that came over the wire there is none, and a failure past the load is
+`FleetBroken`.
+
 Each engine is reached through its control routes (`EngineControl`): vLLM's server routes for
 development (`VLLM_SERVER_DEV_MODE=1`, set for the engines the project starts; loopback only)
 and a Dynamo worker's `/engine/*` routes on its system port. Prefill and decode workers of a
@@ -33,6 +42,7 @@ import httpx
 
 from serving.checkpoints import PolicyCheckpoint, PolicyUpdateError
 from serving.config import PAUSE_MODES
+from serving.weight_transfer import Rendezvous, TransferPlan
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +67,30 @@ class FleetBroken(PolicyUpdateError):
 class UpdateTimes:
     """Seconds each step of one update took, over the whole fleet."""
 
-    pause_s: float
-    weights_s: float
+    pause_s: float  # pausing and settling
+    weights_s: float  # loading
     invalidate_s: float
     resume_s: float
+    transfer_s: float = 0.0  # receiving from a trainer's ranks (weights that came as files: 0)
 
     @property
     def total_s(self) -> float:
-        return self.pause_s + self.weights_s + self.invalidate_s + self.resume_s
+        return (self.pause_s + self.transfer_s + self.weights_s + self.invalidate_s
+                + self.resume_s)
 
     def as_dict(self) -> dict[str, float]:
         """Step -> seconds, the total included (what a trainer logs)."""
         return {**asdict(self), "total_s": self.total_s}
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """Weights on their way from a trainer's ranks (serving/weight_transfer.py): the plan, where
+    the groups meet, and whom to tell once the engines wait for the rows."""
+
+    plan: TransferPlan
+    rendezvous: Rendezvous
+    receiving: Callable[[], None] = lambda: None
 
 
 # -- engine controls -------------------------------------------------------------------------------
@@ -102,7 +124,36 @@ class EngineControl:
         raise NotImplementedError
 
     def load(self, checkpoint: PolicyCheckpoint) -> None:
-        """The checkpoint's weights, and its label as the engine's weight version."""
+        """The checkpoint's weights (its folder's, or those `receive` staged), and its label as
+        the engine's weight version."""
+        if checkpoint.path:
+            self.reload(checkpoint)
+        else:
+            self.transfer({"action": "apply", "digest": checkpoint.digest})
+            self.declare(checkpoint)
+
+    def reload(self, checkpoint: PolicyCheckpoint) -> None:
+        """The checkpoint folder's weights, and its label as the engine's weight version."""
+        raise NotImplementedError
+
+    def receive(self, incoming: Incoming, engine_rank: int) -> None:
+        """Every rank's rows, staged beside the weights served, checked, not loaded."""
+        self.transfer({"action": "receive", "plan": incoming.plan.as_dict(),
+                       "rendezvous": incoming.rendezvous.as_dict(),
+                       "engine_rank": engine_rank})
+
+    def drop_staged(self) -> None:
+        self.transfer({"action": "drop"})
+
+    def transfer(self, update_info: dict) -> None:
+        """One step of the engine's weight transfer (serving/engine/weight_transfer.py)."""
+        for method, kwargs in (("start_weight_update", {}),
+                               ("update_weights", {"update_info": update_info}),
+                               ("finish_weight_update", {})):
+            self.rpc(method, kwargs)
+
+    def rpc(self, method: str, kwargs: dict) -> None:
+        """`method` of the engine's worker, with JSON `kwargs`."""
         raise NotImplementedError
 
     def settle(self, mode: str) -> None:
@@ -134,10 +185,12 @@ class VllmControl(EngineControl):
     def pause(self, mode: str) -> None:
         self._request("POST", "/pause", params={"mode": mode, "clear_cache": "false"})
 
-    def load(self, checkpoint: PolicyCheckpoint) -> None:
-        self._request("POST", "/collective_rpc", {
-            "method": "reload_weights", "kwargs": {"weights_path": checkpoint.path}})
+    def reload(self, checkpoint: PolicyCheckpoint) -> None:
+        self.rpc("reload_weights", {"weights_path": checkpoint.path})
         self.declare(checkpoint)
+
+    def rpc(self, method: str, kwargs: dict) -> None:
+        self._request("POST", "/collective_rpc", {"method": method, "kwargs": kwargs})
 
     def invalidate(self, mode: str) -> None:
         # running requests (keep mode's frozen ones) are preempted: recomputed under the new
@@ -180,11 +233,17 @@ class DynamoControl(EngineControl):
         self._engine("pause_generation", {"mode": "wait" if self.hands_off_kv else mode,
                                           "clear_cache": False})
 
-    def load(self, checkpoint: PolicyCheckpoint) -> None:
+    def reload(self, checkpoint: PolicyCheckpoint) -> None:
         # Dynamo resets the prefix cache after loading but ignores the reset's result and
         # leaves the KV connector alone: `invalidate` does it properly
         self._engine("update_weights_from_disk", {"model_path": checkpoint.path,
                                                   "weight_version": checkpoint.label})
+
+    def rpc(self, method: str, kwargs: dict) -> None:
+        # the one route of Dynamo 1.6.1 that hands a worker method JSON kwargs with no
+        # deadline of its own (its init route stops the worker after one); paused workers only
+        self._engine("update_weights_from_distributed", {
+            "engine_rpc": method, "reset_prefix_cache": False, **kwargs})
 
     def settle(self, mode: str) -> None:
         # vLLM 0.31 cannot drop a decode engine's cache while a request there waits for its KV
@@ -280,10 +339,13 @@ def switch_to(controls: list[EngineControl], checkpoint: PolicyCheckpoint, mode:
 
 def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
                  previous: PolicyCheckpoint, mode: str,
-                 publish: Callable[[PolicyCheckpoint], None] = lambda c: None) -> UpdateTimes:
+                 publish: Callable[[PolicyCheckpoint], None] = lambda c: None,
+                 incoming: Incoming | None = None) -> UpdateTimes:
     """Pause, settle, load, publish, invalidate, check, resume every engine (see the module's
     docstring). `publish` makes a checkpoint the served one for whatever keys by it (the KV
-    tier); it runs before the caches are dropped."""
+    tier); it runs before the caches are dropped. `incoming`: the checkpoint's weights come
+    from a trainer's ranks; every engine receives and checks them (engine i as rank i of the
+    rendezvous) before any loads them, and drops its staged copy at the end."""
     if mode not in PAUSE_MODES:
         raise PolicyUpdateError(f"unknown pause mode {mode!r}; one of {PAUSE_MODES}")
     t0 = time.perf_counter()
@@ -293,6 +355,45 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
     except Exception:  # nothing switched yet: serve on, on the old weights
         resume_all(controls, _resume_quietly)
         raise
+    transfer_s = 0.0
+    if incoming is not None:
+        try:
+            transfer_s = _receive_all(controls, incoming)
+            on_all(controls, lambda c: c.settle(mode))  # KV that came meanwhile: old weights
+        except Exception:  # nothing loaded: serve on, on the old weights
+            _drop_staged(controls)
+            resume_all(controls, _resume_quietly)
+            raise
+    try:
+        return _switch_and_resume(controls, checkpoint, previous, mode, publish, t0,
+                                  transfer_s)
+    finally:
+        if incoming is not None:
+            _drop_staged(controls)
+
+
+def _receive_all(controls: list[EngineControl], incoming: Incoming) -> float:
+    """Every engine receives the ranks' rows (the ranks, told to send now, wait for every
+    engine in their groups); seconds taken."""
+    t0 = time.perf_counter()
+    ranks = {id(c): i for i, c in enumerate(controls)}
+    incoming.receiving()
+    on_all(controls, lambda c: c.receive(incoming, ranks[id(c)]))
+    return time.perf_counter() - t0
+
+
+def _drop_staged(controls: list[EngineControl]) -> None:
+    for c in controls:
+        try:
+            c.drop_staged()
+        except PolicyUpdateError as exc:
+            log.warning("dropping %s's staged weights: %s", c.name, exc)
+
+
+def _switch_and_resume(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
+                       previous: PolicyCheckpoint, mode: str,
+                       publish: Callable[[PolicyCheckpoint], None], t0: float,
+                       transfer_s: float) -> UpdateTimes:
     t1 = time.perf_counter()
     loaded: list[EngineControl] = []
     try:
@@ -315,7 +416,8 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
                                 f"{type(exc).__name__}: {exc}") from exc
     t2 = time.perf_counter()
     _resume_or_break(controls, checkpoint)
-    return UpdateTimes(t1 - t0, weights_s, invalidate_s, time.perf_counter() - t2)
+    return UpdateTimes(t1 - t0 - transfer_s, weights_s, invalidate_s,
+                       time.perf_counter() - t2, transfer_s)
 
 
 def _switch_settled(controls: list[EngineControl], checkpoint: PolicyCheckpoint,

@@ -29,6 +29,7 @@ from serving.process import (
     socket_folder,
     wait_serving,
 )
+from serving.weight_transfer import BACKEND as TRANSFER_BACKEND
 
 
 def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
@@ -40,6 +41,8 @@ def engine_args(m: ModelConfig, c: ServingConfig) -> list[str]:
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
         "--enable-prefix-caching" if c.enable_prefix_caching else "--no-enable-prefix-caching",
         "--logprobs-mode", LOGPROBS_MODES[c.logprobs],
+        # weights straight from a trainer's ranks (serving/weight_transfer.py)
+        "--weight-transfer-config", json.dumps({"backend": TRANSFER_BACKEND}),
     ]
     if c.enforce_eager:
         args.append("--enforce-eager")

@@ -67,7 +67,7 @@ def test_actors_use_servings_client_face_only():
     assert bad == []
 
 
-FACE_NAMES = 12  # what rollout imports of serving's face (docs/architecture.md names them)
+FACE_NAMES = 14  # what rollout imports of serving's face (docs/architecture.md names them)
 
 
 def test_rollout_sees_serving_through_a_dozen_names_of_its_face_none_of_them_the_cluster():
@@ -148,7 +148,9 @@ def test_one_place_builds_the_fleet_the_job_and_the_rl_loop_share():
     sink; the job's command line and the RL loop take a Fleet and build none of it."""
     builders = {part: sorted(str(path.relative_to(ROOT)) for path in sources("rollout")
                              if part in _called(path)) for part in FLEET_PARTS}
-    assert builders == dict.fromkeys(FLEET_PARTS, ["rollout/fleet.py"])
+    # a trainer's client joins the service's Ray (it starts none)
+    attach = {"ray.init": ["rollout/fleet.py", "rollout/rl/service.py"]}
+    assert builders == {**dict.fromkeys(FLEET_PARTS, ["rollout/fleet.py"]), **attach}
     for user in ("rollout/run.py", "rollout/rl/loop.py"):
         assert "Fleet" in _called(ROOT / user), user
 

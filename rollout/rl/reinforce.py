@@ -118,7 +118,7 @@ def train(cfg: DictConfig, trainer: TrainerConfig, run_dir: Path) -> list[dict[s
                                                          dtype=torch.float32)
             model.train()
             replay = SessionLogprobs(rollouts.model_dir)
-            served = _served_dtypes(rollouts.model_dir)
+            served = served_dtypes(rollouts.model_dir)
             optimizer = torch.optim.Adam(model.parameters(), lr=trainer.lr)
             for step in range(trainer.steps):
                 row = _step(step, rollouts, model, optimizer, replay, served, trainer)
@@ -185,7 +185,7 @@ def checkpoint_tensors(state: dict[str, Any], served: dict[str, Any]) -> dict[st
     return {k: v.to(served[k]).contiguous() for k, v in out.items() if k in served}
 
 
-def _served_dtypes(model_dir: Path) -> dict[str, Any]:
+def served_dtypes(model_dir: Path) -> dict[str, Any]:
     """The served checkpoint's tensors and their dtypes (what new weights must match)."""
     import torch
     from safetensors import safe_open

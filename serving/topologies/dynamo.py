@@ -177,6 +177,11 @@ class DynamoTopology(Topology):
             if expected is not None and old is not expected:
                 log.info("worker %s was already replaced; not restarting it again", name)
                 return
+            if not self.served.path:
+                raise ServingError(
+                    f"worker {name} cannot be restarted: the weights served "
+                    f"({self.served.label}) came from a trainer's ranks and no folder holds "
+                    f"them; the fleet serves on without it until the next update")
             old.stop()
             if self._stopping.is_set():
                 raise ServingError(f"not restarting worker {name}: the cluster is stopping")

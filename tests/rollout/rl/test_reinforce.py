@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 from rollfleet.paths import ROOT
 from rollout.rl.behaviour import SessionLogprobs
 from rollout.rl.loop import Group
-from rollout.rl.reinforce import _served_dtypes, checkpoint_tensors, policy_loss
+from rollout.rl.reinforce import checkpoint_tensors, policy_loss, served_dtypes
 from serving.tiny_model import ensure_tiny_glm
 
 
@@ -23,7 +23,7 @@ def model_dir():
 
 def test_untrained_weights_come_back_as_the_checkpoint_exactly(model_dir):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    out = checkpoint_tensors(model.state_dict(), _served_dtypes(model_dir))
+    out = checkpoint_tensors(model.state_dict(), served_dtypes(model_dir))
     want = load_file(str(model_dir / "model.safetensors"))
     assert set(out) == set(want)  # fused experts split back into one tensor per expert
     for name, tensor in want.items():

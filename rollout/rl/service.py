@@ -1,0 +1,257 @@
+"""The rollout service: `Rollouts` (rollout/rl/loop.py) in a named Ray actor, for a trainer in
+processes of its own (torchrun ranks, Ray actors, other nodes of the same Ray cluster).
+
+    python -m rollout.rl.service +experiment=rl_loop serving=kv_routed    # runs until stopped
+
+    client = RolloutClient.attach(rank=rank, world=world)    # in each trainer rank
+    groups = client.next_groups(2)                           # this rank's groups
+    client.push_weights(model_tensors)                       # every rank, at once
+
+`push_weights` sends the weights from the ranks straight to the engines
+(serving/weight_transfer.py): each rank describes the rows it sends, the service joins the
+descriptions into one plan, pauses the fleet as any update does, and once the engines wait for
+the rows every rank broadcasts its own; the service process never holds a tensor. A trainer
+that writes checkpoint folders anyway hands one over with `push_folder`. Either way the
+version, the checks and the guarantees are the in-process `Rollouts.update_weights`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import ray
+from omegaconf import OmegaConf
+
+SERVICE_NAME = "rollfleet"
+NAMESPACE = "rollfleet"
+POLL_S = 1.0
+
+log = logging.getLogger(__name__)
+
+
+class WeightPush:
+    """One push from `world` ranks: the plan once every rank described its rows, the
+    rendezvous once the engines wait for them, the update's answer at its end."""
+
+    def __init__(self, world: int, version: int | None, mode: str | None) -> None:
+        self.world, self.version, self.mode = world, version, mode
+        self.parts: dict[int, list[Any]] = {}
+        self.plan: Any = None
+        self.rendezvous: Any = None
+        self.times: dict[str, float] | None = None
+        self.error: BaseException | None = None
+        self.receiving = threading.Event()
+        self.done = threading.Event()
+
+    def ready(self, rendezvous: Any) -> None:
+        self.rendezvous = rendezvous
+        self.receiving.set()
+
+    def finish(self, times: dict[str, float] | None, error: BaseException | None) -> None:
+        self.times, self.error = times, error
+        self.receiving.set()
+        self.done.set()
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class RolloutService:
+    """`Rollouts` behind a Ray actor: what a trainer calls, from any process of the cluster."""
+
+    def __init__(self, overrides: list[str], run_dir: str, groups_per_step: int = 4,
+                 ahead: int | None = None) -> None:
+        from rollout.rl.loop import Rollouts
+
+        self.rollouts = Rollouts(overrides, groups_per_step, ahead, Path(run_dir))
+        self.rollouts.__enter__()
+        self.lock = threading.Lock()
+        self.push: WeightPush | None = None
+        self.stopped = False
+
+    def next_groups(self, n: int, timeout_s: float | None = None) -> list[Any]:
+        return self.rollouts.next_groups(n, timeout_s)
+
+    def update_weights(self, folder: str, version: int | None = None,
+                       mode: str | None = None) -> dict[str, float]:
+        """A checkpoint folder (the trainer saved one anyway) as the next version."""
+        return self.rollouts.update_weights(Path(folder), version, mode)
+
+    def offer(self, rank: int, world: int, rows: list[Any], version: int | None = None,
+              mode: str | None = None) -> tuple[dict, dict]:
+        """Rank `rank` of `world` describes the rows it sends (serving.weight_transfer.describe);
+        once every rank has, and the engines wait for them: (the rendezvous, the plan)."""
+        from serving import Transfer
+
+        with self.lock:
+            push = self.push
+            if push is None or push.done.is_set():
+                push = self.push = WeightPush(world, version, mode)
+            if push.world != world or rank in push.parts or not 0 <= rank < world:
+                raise ValueError(f"rank {rank} of {world}: the push under way is of "
+                                 f"{push.world} ranks, {sorted(push.parts)} in")
+            push.parts[rank] = rows
+            if len(push.parts) == world:
+                try:
+                    transfer = Transfer.from_parts([push.parts[r] for r in range(world)],
+                                                   push.ready)
+                except Exception as exc:  # noqa: BLE001 - every rank's offer raises it
+                    push.finish(None, exc)
+                else:
+                    push.plan = transfer.plan
+                    threading.Thread(target=self._update, name="weight-push", daemon=True,
+                                     args=(push, transfer)).start()
+        push.receiving.wait()
+        if push.rendezvous is None:
+            raise push.error or RuntimeError("the update ended before the engines received")
+        return push.rendezvous.as_dict(), push.plan.as_dict()
+
+    def _update(self, push: WeightPush, transfer: Any) -> None:
+        try:
+            times = self.rollouts.update_weights(transfer, push.version, push.mode)
+        except BaseException as exc:  # noqa: BLE001 - every rank's `pushed` raises it
+            push.finish(None, exc)
+        else:
+            push.finish(times, None)
+
+    def pushed(self) -> dict[str, float]:
+        """The push under way's update times once it ended (its error if it failed)."""
+        push = self.push
+        if push is None:
+            raise RuntimeError("no push under way")
+        push.done.wait()
+        if push.error is not None:
+            raise push.error
+        return dict(push.times or {})
+
+    def status(self) -> dict[str, Any]:
+        r = self.rollouts
+        return {"policy_version": r.policy_version, "served": asdict(r.cluster.served),
+                "model_dir": str(r.model_dir), "run_dir": str(r.run.path),
+                "groups_per_step": r.groups_per_step, "samples": r.samples,
+                "trainer": OmegaConf.to_container(r.cfg.trainer),
+                "logprobs": r.groups_cfg["serving"].logprobs,
+                "group_stats": r.group_stats.as_dict(), "broken": r.cluster.broken,
+                "stopped": self.stopped}
+
+    def stop(self) -> str:
+        """Sessions in flight end, the dataset is written, the fleet stops; the run folder."""
+        if not self.stopped:
+            self.stopped = True
+            self.rollouts.__exit__(None, None, None)
+        return str(self.rollouts.run.path)
+
+
+class RolloutClient:
+    """A trainer rank's handle on the service (`attach` finds it by name)."""
+
+    def __init__(self, service: Any, rank: int = 0, world: int = 1) -> None:
+        self.service, self.rank, self.world = service, rank, world
+
+    @classmethod
+    def attach(cls, rank: int = 0, world: int = 1, name: str = SERVICE_NAME,
+               address: str = "auto") -> RolloutClient:
+        if not ray.is_initialized():  # Ray's token: see rollout/__init__.py
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
+                     configure_logging=False)
+        try:
+            service = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            raise RuntimeError(f"no rollout service named {name!r} in this Ray cluster "
+                               f"(start one: python -m rollout.rl.service ...)") from None
+        return cls(service, rank, world)
+
+    def next_groups(self, n: int, timeout_s: float | None = None) -> list[Any]:
+        return ray.get(self.service.next_groups.remote(n, timeout_s))
+
+    def status(self) -> dict[str, Any]:
+        return ray.get(self.service.status.remote())
+
+    def push_weights(self, tensors: Mapping[str, Any], version: int | None = None,
+                     mode: str | None = None, rows: Mapping[str, Any] | None = None
+                     ) -> dict[str, float]:
+        """Every rank calls it at once: the new weights from the ranks to the engines. Each
+        rank sends its even share of every tensor it holds whole (`tensors`), or the rows it
+        holds (`rows`: name -> (rows, full shape, first row), a sharded trainer's). Returns
+        the update's times and what this rank sent (`sent_bytes`, `send_s`)."""
+        from serving import WeightSender
+
+        sender = WeightSender(self.rank, self.world)
+        held = dict(rows) if rows is not None else sender.rows(tensors)
+        offer = self.service.offer.remote(self.rank, self.world, sender.describe(held),
+                                          version, mode)
+        rendezvous, plan = ray.get(offer)
+        t0 = time.perf_counter()
+        sent = sender.send(rendezvous, plan, held)
+        send_s = time.perf_counter() - t0
+        return {**ray.get(self.service.pushed.remote()), "sent_bytes": sent,
+                "send_s": send_s}
+
+    def push_folder(self, folder: str | Path, version: int | None = None,
+                    mode: str | None = None) -> dict[str, float]:
+        """A checkpoint folder as the next version (one rank calls it)."""
+        return ray.get(self.service.update_weights.remote(str(Path(folder).absolute()),
+                                                          version, mode))
+
+    def stop(self) -> str:
+        return ray.get(self.service.stop.remote())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the service, say where, run until it is stopped (a client's `stop`, Ctrl-C,
+    SIGTERM); everything it started is stopped on the way out."""
+    from rollfleet.cli import ConfigError, compose
+    from rollout.config import SCHEMAS, register_schemas
+    from rollout.fleet import init_ray
+
+    parser = argparse.ArgumentParser(prog="python -m rollout.rl.service",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", default=SERVICE_NAME)
+    parser.add_argument("--groups-per-step", type=int, default=None)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as rollout.run takes")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    register_schemas()
+    try:
+        cfg, groups = compose("config", args.overrides, SCHEMAS)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    groups_per_step = args.groups_per_step or groups["trainer"].groups_per_step
+    init_ray(groups["ray"], groups["rollout"], namespace=NAMESPACE)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    service = None
+    try:
+        service = RolloutService.options(name=args.name).remote(
+            args.overrides, str(Path(cfg.output.dir).absolute()), groups_per_step)
+        status = ray.get(service.status.remote())
+        print(f"rollout service {args.name!r} ready: Ray at "
+              f"{ray.get_runtime_context().gcs_address}, namespace {NAMESPACE!r}, policy "
+              f"version {status['policy_version']}, run folder {status['run_dir']}",
+              flush=True)
+        while not stopping.wait(POLL_S):
+            if ray.get(service.status.remote())["stopped"]:
+                break
+        print(f"rollout service {args.name!r}: records in {ray.get(service.stop.remote())}",
+              flush=True)
+        return 0
+    except ray.exceptions.RayActorError as exc:
+        print(f"error: the rollout service stopped: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if service is not None:
+            ray.kill(service)
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
