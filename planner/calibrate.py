@@ -5,8 +5,11 @@ a group serves at that speed. One point cannot pin five knobs, so each knob is e
 the one figure it drives or pinned at a stated value inside a stated range:
 - decode efficiency -> tok/s per user at 66 sessions (the decode step's time is the speed);
 - prefill efficiency -> the load: 66 sessions put TTFT p90 at the SLO (the group's capacity);
-- tool time, MTP acceptance, host-tier size: pinned; the sensitivity plot shows what each does
-  across its range, so a reader sees what the fit leans on.
+- tool time, MTP acceptance, host-tier size: pinned at a value inside a stated range; the
+  predictions and plans are repeated at each range's ends, refitted there (planner/ends.py);
+- how much of the fitted gain a worker of another layout gets, and how much of its dp-fold
+  prefill rate an attention-DP prefill worker keeps: pinned with ranges too, but the fit's
+  1P:4D of TP8 workers has neither, so their ends need no refit.
 `measure` (one simulation, in the CLI) is the only way figures come in, so the fit is testable
 on a known function.
 """
@@ -26,6 +29,7 @@ class Knob:
     high: float
     source: str  # where the value and the range come from
     fitted_to: str = ""  # the figure it is fitted to ("": pinned)
+    moves_fit: bool = True  # whether the fit's own fleet depends on it (its ends are refitted)
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
@@ -43,10 +47,18 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("mtp_acceptance", 0.85, 0.6, 0.95,
          "DeepSeek-V3's report: 85-90% of second tokens accepted; Dynamo's default first-draft "
          "rate is 0.85"),
-    Knob("host_kv_tokens", 37e6, 4.7e6, 37e6,
-         "Grace LPDDR5X, ~180 GB per GPU for KV: 37 M NVFP4 tokens per TP8 worker when the tier "
-         "keeps one copy striped over the 8 ranks (conf/simulate/gb200_host.yaml), 4.7 M when "
-         "each rank keeps its own copy of the replicated MLA cache"),
+    Knob("host_kv_gb_per_gpu", 180.0, 22.5, 180.0,
+         "Grace LPDDR5X, ~180 GB per GPU for KV: 180 GB of distinct KV per GPU when the tier "
+         "keeps one copy striped over a worker's ranks (conf/simulate/gb200_host.yaml), 22.5 "
+         "when each of a TP8 worker's 8 ranks keeps its own copy of the replicated MLA cache"),
+    Knob("layout_efficiency_carry", 1.0, 0.0, 1.0,
+         "the efficiencies are fitted on TP8 workers only; nothing says how much of that gain "
+         "a TP4 or attention-DP worker gets: all of it (1) to none, the data as measured (0)",
+         moves_fit=False),
+    Knob("dp_prefill_overlap", 1.0, 0.0, 1.0,
+         "aiconfigurator times an attention-DP rank's prefill as if all 8 ranks prefilled "
+         "equal batches at once (a DEP8 worker = 8x a rank's rate); unvalidated: from that (1) "
+         "down to one rank's rate, ranks that never overlap (0)", moves_fit=False),
 )}
 
 
@@ -57,12 +69,21 @@ class Fit:
     steps: list[dict]  # every simulation of the fit: knobs and figures
 
 
+def fitted(fit: Fit, ttft_slo_s: float, target_tok_s: float, tol: float = 0.02) -> bool:
+    """Whether a fit met its point: tok/s within `tol` of the target, TTFT within the SLO."""
+    r = fit.result
+    return abs(r["tok_s_user"] / target_tok_s - 1) <= tol and r["ttft_p90_s"] <= ttft_slo_s
+
+
 def fit(measure: Callable[[dict[str, float]], dict], target_tok_s: float, ttft_slo_s: float,
-        rounds: int = 2, tol: float = 0.02) -> Fit:
+        rounds: int = 2, tol: float = 0.02, start: dict[str, float] | None = None,
+        limit: float = 64.0) -> Fit:
     """Decode efficiency by fixed-point steps (tok/s per user grows about in proportion), the
     least prefill efficiency meeting the SLO by doubling then bisection in log space; `rounds`
-    alternations, since each knob moves the other's figure a little."""
-    knobs = {k.name: k.value for k in KNOBS.values()}
+    alternations, since each knob moves the other's figure a little. `start`: every knob's
+    value (else KNOBS'); prefill efficiency is not doubled past `limit` (the fit then stops
+    there, over the SLO: no fit)."""
+    knobs = dict(start) if start else {k.name: k.value for k in KNOBS.values()}
     steps: list[dict] = []
     seen: dict[tuple, dict] = {}
 
@@ -88,8 +109,12 @@ def fit(measure: Callable[[dict[str, float]], dict], target_tok_s: float, ttft_s
             while run(prefill_efficiency=lo)["ttft_p90_s"] <= ttft_slo_s and lo > 0.05:
                 lo, hi = lo / 2, lo
         else:
-            while run(prefill_efficiency=hi * 2)["ttft_p90_s"] > ttft_slo_s and hi < 64:
+            while hi * 2 <= limit and run(prefill_efficiency=hi * 2)["ttft_p90_s"] > ttft_slo_s:
                 hi *= 2
+            if hi * 2 > limit:  # no prefill efficiency up to the limit meets the SLO
+                knobs["prefill_efficiency"] = hi
+                r = run()
+                continue
             lo, hi = hi, hi * 2
         while hi / lo > 1 + tol * 2:
             mid = math.sqrt(lo * hi)

@@ -30,25 +30,23 @@ import os
 import platform
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from planner import (
-    calibrate,
+    calibration,
     kv_layouts,
-    pareto,
     perf,
+    plan_cmd,
     planner,
-    predict,
-    sensitivity,
     static,
     workload,
 )
 from planner.config import SimulateConfig, topology
 from planner.published import PUBLISHED
 from planner.sim import Sim, fleet_name, over_seeds, side_by_side
-from planner.table import print_table
+from planner.table import interval, print_table
 from rollfleet.cli import ConfigError, bad_config, one_line, store_schema, typed
 from rollfleet.paths import CONF, cache_dir
 from serving import ServingConfig
@@ -229,65 +227,6 @@ def cmd_layouts(sim: Sim) -> dict:
     return kv_layouts.run(sim.cfg, sim.topo["kv_cache_dtype"], sim.sessions(256))
 
 
-def cmd_plan(sim: Sim) -> dict:
-    """The smallest fleet; with `simulate.seeds` > 1 a fleet meets the target only when it
-    meets it under every seed (the KV router's ties are random: a fleet that meets it once in
-    five is not one to buy)."""
-    cfg = sim.cfg
-    sims = sim.seeded()
-    runs: dict[planner.Shape, dict] = {}
-
-    def meets(shape: planner.Shape) -> bool:
-        fleet = sim.shape_fleet(shape)
-        if fleet is None:
-            runs[shape] = {"ok": False, "fits": False, "why": "weights do not fit"}
-            return False
-        if cfg.policy == "kv_affine" and shape.decode < shape.prefill:
-            runs[shape] = {"ok": False, "fits": False,
-                           "why": "kv_affine: a prefill worker without a decoder of its own"}
-            return False
-        per_seed = over_seeds(sims, fleet, cfg.sessions, cfg.jobs)
-        runs[shape] = {**per_seed[0], "ok": all(r["ok"] for r in per_seed),
-                       "seeds_ok": sum(r["ok"] for r in per_seed), "by_seed": per_seed}
-        return runs[shape]["ok"]
-
-    layouts = [planner.parse_layout(x) for x in cfg.plan_layouts]
-    for layout in layouts:  # every table before the search: a layout without data stops it here
-        try:
-            sim.at_layout(*layout)
-        except perf.NoPerfData as exc:
-            raise ConfigError(f"simulate.plan_layouts: {exc}") from None
-    best, judged = planner.smallest(meets, cfg.plan_max_prefill, cfg.plan_max_decode, layouts)
-    rows = []
-    for s in judged:
-        r = runs[s]
-        if not r.get("fits", True):
-            rows.append([s.name, s.gpus, "-", "-", "-", r["why"]])
-            continue
-        seeds = r["by_seed"]
-        ok = r["ok"] if len(seeds) == 1 else f"{r['seeds_ok']} of {len(seeds)} seeds"
-        rows.append([s.name, s.gpus, interval([x["tok_s_user"] for x in seeds]),
-                     interval([x["ttft_p90_s"] for x in seeds], 2),
-                     interval([x["output_tok_s"] / s.gpus for x in seeds]), ok])
-    if len(sims) > 1:
-        print(f"over {len(sims)} seeds ({cfg.seed} ... {cfg.seed + len(sims) - 1}): mean "
-              "[min - max]; a fleet meets the target when it does under every seed")
-    table = print_table(["fleet", "GPUs", "tok/s/user", "TTFT p90 s", "tok/s per GPU", "ok"],
-                        rows)
-    grid = len(planner.grid(cfg.plan_max_prefill, cfg.plan_max_decode, layouts))
-    if best is None:
-        print(f"no fleet up to {cfg.plan_max_prefill}P:{cfg.plan_max_decode}D of "
-              f"{', '.join(cfg.plan_layouts)} serves {cfg.sessions} sessions at >= "
-              f"{cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s")
-    else:
-        print(f"smallest fleet: {best.name}, {best.gpus} GPUs, for {cfg.sessions} sessions at "
-              f">= {cfg.target_tok_s:.0f} tok/s/user, TTFT p90 <= {cfg.ttft_slo_s:g} s "
-              f"({len(judged)} of {grid} fleets simulated)")
-    return {"table": table, "best": vars(best) if best else None, "grid": grid,
-            "seeds": [x.cfg.seed for x in sims],
-            "judged": [{**vars(s), "gpus": s.gpus, **runs[s]} for s in judged]}
-
-
 def cmd_static(sim: Sim) -> dict:
     got = static.compare(sim, sim.work_dir / "aiconfigurator")
     c = sim.cfg
@@ -311,139 +250,6 @@ def cmd_static(sim: Sim) -> dict:
           f"PP{s['pp_decode']:.0f} DP{s['dp_decode']:.0f}", s["gpus"], s["concurrency"],
           s["tok_s_user"], s["ttft_ms"], s["tok_s_gpu"]] for s in got["search"]])
     return {**got, "table": table + "\n" + search}
-
-
-def cmd_calibrate(sim: Sim) -> dict:
-    cfg, p = sim.cfg, PUBLISHED
-    sessions = p["sessions_per_prefill_group"]
-
-    made: list[Sim] = []
-
-    def at(knobs: dict[str, float], seed: int = cfg.seed) -> Sim:
-        typed_knobs = {k: type(getattr(cfg, k))(v) for k, v in knobs.items()}
-        made.append(Sim(sim.serving, replace(cfg, seed=seed, **typed_knobs), sim.work_dir,
-                        sim.cache_dir))
-        return made[-1]
-
-    def measure(knobs: dict[str, float], seed: int = cfg.seed) -> dict:
-        one = at(knobs, seed)
-        return one.run(one.fleet(1), sessions)
-
-    if cfg.calibrated:  # a committed fit's knobs: predictions without fitting again
-        knobs = json.loads(Path(cfg.calibrated).read_text())["calibration"]["knobs"]
-        fit = calibrate.Fit(knobs, measure(knobs), [])
-    else:
-        fit = calibrate.fit(measure, p["tok_s_user"], cfg.ttft_slo_s)
-    print(f"\ncalibration: 1P:4D, {sessions} sessions, to {p['tok_s_user']:.0f} tok/s per user "
-          f"with TTFT p90 at the SLO ({cfg.ttft_slo_s:.0f} s); "
-          + (f"knobs from {cfg.calibrated}" if cfg.calibrated
-             else f"{len(fit.steps)} simulations"))
-    cal_table = print_table(
-        ["knob", "value", "plausible range", "fitted to", "source"],
-        [[k.name, f"{fit.knobs[k.name]:.3g}"
-          + ("" if k.low <= fit.knobs[k.name] <= k.high else " (OUTSIDE its range)"),
-          f"{k.low:.3g} - {k.high:.3g}", k.fitted_to or "pinned", k.source]
-         for k in calibrate.KNOBS.values()])
-    seeds = range(cfg.seed, cfg.seed + max(1, cfg.seeds))
-    point = [fit.result] + [measure(fit.knobs, s) for s in seeds[1:]]
-    itl = [predict.itl(at(fit.knobs, s), sessions) for s in seeds]
-    fitted = at(fit.knobs)
-    kv = predict.kv_tokens(fitted)
-    ratios = (predict.best_ratio([fitted] + [at(fit.knobs, s) for s in seeds[1:]], cfg.jobs)
-              if cfg.predict_ratios else None)
-    if ratios and cfg.jobs > 1:  # run in worker processes: not counted by their Sims here
-        sim.runs += ratios["simulations"]
-    transfer = kv_layouts.run(cfg, sim.topo["kv_cache_dtype"], sim.sessions(256))
-    whole = transfer["cases"]["whole prompt"]
-    rows = [
-        ["fit: tok/s per user at 1P:4D, 66 sessions", p["tok_s_user"],
-         interval([r["tok_s_user"] for r in point]), "fitted"],
-        ["fit: TTFT p90 there (s)", "-", interval([r["ttft_p90_s"] for r in point]),
-         f"fitted to <= {cfg.ttft_slo_s:.0f}"],
-        ["fit: the group's output (tok/s), prefix reuse", "-",
-         f"{interval([r['output_tok_s'] for r in point], 0)}, "
-         f"{interval([100 * r['prefix_reuse'] for r in point], 0)}%", "-"],
-        ["p90 ITL, 1P:4D vs the same 5 workers aggregated, 66 sessions (reduction, %)",
-         f"{100 * p['itl_p90_reduction']:.0f}", interval([100 * x["reduction"] for x in itl], 0),
-         err([x["reduction"] for x in itl], p["itl_p90_reduction"])],
-        ["a decoder's KV tokens, 576-byte rows (M)", f"{p['fp8_tokens'] / 1e6:.2f}",
-         f"{kv['fp8'] / 1e6:.2f}", err([kv["fp8"]], p["fp8_tokens"])],
-        ["a decoder's KV tokens, 352-byte rows (M)", f"{p['nvfp4_tokens'] / 1e6:.2f}",
-         f"{kv['nvfp4'] / 1e6:.2f}", err([kv["nvfp4"]], p["nvfp4_tokens"])],
-        ["  their ratio", f"{p['nvfp4_tokens'] / p['fp8_tokens']:.2f}", f"{kv['ratio']:.2f}",
-         err([kv["ratio"]], p["nvfp4_tokens"] / p["fp8_tokens"])],
-        ["KV descriptors of a TP8 worker's turn, per-layer -> block-major",
-         f"{p['per_layer_descriptors']:,} -> {p['block_major_descriptors']:,}",
-         f"{whole['per_layer']:,} -> {whole['block_major']:,}",
-         f"{err([whole['per_layer']], p['per_layer_descriptors'])} / "
-         f"{err([whole['block_major']], p['block_major_descriptors'])}"],
-        ["its transfer time (ms)", f"{p['per_layer_ms']:.0f} -> {p['block_major_ms']:.0f}",
-         f"{whole['per_layer_ms']:.0f} -> {whole['block_major_ms']:.0f}",
-         f"{err([whole['per_layer_ms']], p['per_layer_ms'])} / "
-         f"{err([whole['block_major_ms']], p['block_major_ms'])}"],
-    ]
-    if ratios:
-        best = ratios["best"]
-        won = ", ".join(f"{k} {n}" for k, n in ratios["wins"].items() if n)
-        if best and predict.same_ratio(best, "1:4"):  # 2:8 is the 1:4 ratio twice over
-            verdict = "hit" if best == "1:4" else "hit (the 1:4 ratio)"
-        else:
-            verdict = "miss"
-        rows.append(["the P:D ratio serving most sessions per GPU (1:2 ... 1:6, 2:k)", "1:4",
-                     f"{best or 'none'} (best in seeds: {won or 'none'})", verdict])
-    print(f"\npredictions at the fitted knobs, not refitted ({len(seeds)} seeds: mean "
-          "[min - max])")
-    pred_table = print_table(["figure", "published", "predicted", "error"], rows)
-    if ratios:
-        print_table(["P:D", "GPUs", "sessions at the target", "sessions per GPU",
-                     "tok/s/user there (first seed)", "TTFT p90 s there"],
-                    [[r["ratio"], r["gpus"], interval(r["sessions_by_seed"], 0),
-                      f"{r['sessions_per_gpu']:.2f}", r["run"].get("tok_s_user", "-"),
-                      r["run"].get("ttft_p90_s", "-")] for r in ratios["rows"]])
-    title = f"GLM-5.3 on {cfg.system}, calibrated: {perf.version_label(fitted.spec)}"
-    sweeps = None
-    if cfg.sensitivity_plot:
-        def measure_all(settings: list[dict[str, float]]) -> list[list[dict]]:
-            units = [(i, s) for i in range(len(settings)) for s in seeds]
-            done = side_by_side(lambda u: measure(settings[u[0]], u[1]), units, cfg.jobs)
-            if cfg.jobs > 1:  # run in worker processes: not counted by their Sims here
-                sim.runs += len(units)
-            return [[r for u, r in zip(units, done, strict=True) if u[0] == i]
-                    for i in range(len(settings))]
-
-        sweeps = sensitivity.sweep(measure_all, fit.knobs)
-        sensitivity.plot(sweeps, fit.knobs, Path(cfg.sensitivity_plot), title, cfg.target_tok_s,
-                         cfg.ttft_slo_s)
-    points = pareto_points(ratios["rows"] if ratios else [], cfg.ttft_slo_s)
-    if cfg.pareto_plot and points:
-        pareto.plot(points, Path(cfg.pareto_plot), title, cfg.target_tok_s)
-    sim.runs += sum(one.runs for one in made)
-    return {"table": cal_table + "\n\n" + pred_table,
-            "calibration": {"knobs": fit.knobs, "result": fit.result, "steps": fit.steps,
-                            "sources": {k.name: vars(k) for k in calibrate.KNOBS.values()},
-                            "seeds": list(seeds), "point": point},
-            "predictions": {"itl": itl, "kv_tokens": kv, "ratios": ratios,
-                            "transfer": transfer["cases"]},
-            "sensitivity": sweeps, "pareto": {"points": points, "front": pareto.front(points)}}
-
-
-def pareto_points(rows: list[dict], ttft_slo_s: float) -> list[dict]:
-    """Every run of the ratio search as an operating point (ok: TTFT p90 within the SLO)."""
-    return [{"label": r["ratio"], "per_user": x["tok_s_user"], "ttft_p90_s": x["ttft_p90_s"],
-             "per_gpu": x["output_tok_s"] / r["gpus"], "sessions": x["sessions"],
-             "ok": x["ttft_p90_s"] <= ttft_slo_s} for r in rows for x in r["runs"]]
-
-
-def interval(values: list[float], nd: int = 1) -> str:
-    """Mean, and [min - max] over seeds when there are several."""
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return f"{mean:.{nd}f}"
-    return f"{mean:.{nd}f} [{min(values):.{nd}f} - {max(values):.{nd}f}]"
-
-
-def err(values: list[float], published: float) -> str:
-    return f"{(sum(values) / len(values)) / published - 1:+.0%}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,6 +317,8 @@ def _main(argv: list[str]) -> int:
         if cfg.workload == "static" and cfg.mode == "live":
             raise ConfigError("simulate.workload=static runs offline only (the live mocker "
                               "has no shared prefix): set simulate.mode=offline")
+        if cfg.calibrated and command != "calibrate":
+            cfg = at_calibrated(cfg)
     except ConfigError as exc:
         return bad_config(str(exc))
     except Exception as exc:  # Hydra's and OmegaConf's errors: one line, what to fix
@@ -528,7 +336,7 @@ def _main(argv: list[str]) -> int:
         try:
             result = {"cmd_run": cmd_run, "cmd_seed": cmd_seed, "cmd_sweep": cmd_sweep,
                       "cmd_recommend": cmd_recommend, "cmd_layouts": cmd_layouts,
-                      "cmd_plan": cmd_plan, "cmd_calibrate": cmd_calibrate,
+                      "cmd_plan": plan_cmd.cmd_plan, "cmd_calibrate": calibration.cmd_calibrate,
                       "cmd_static": cmd_static}[f"cmd_{command}"](sim)
         except ConfigError as exc:  # found once the perf data is read
             return bad_config(str(exc))
@@ -548,6 +356,21 @@ def _main(argv: list[str]) -> int:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(out, indent=1, default=str))
     return 0
+
+
+def at_calibrated(cfg: SimulateConfig) -> SimulateConfig:
+    """`cfg` at the knobs `simulate.calibrated` names (a calibrate JSON's fit): what `run` and
+    `plan` simulate with, so a command line never has to repeat the fitted values."""
+    try:
+        knobs = json.loads(Path(cfg.calibrated).read_text())["calibration"]["knobs"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"simulate.calibrated={cfg.calibrated}: not a calibrate JSON with "
+                          f"fitted knobs ({one_line(exc)})") from None
+    unknown = sorted(set(knobs) - {f.name for f in fields(cfg)})
+    if unknown:
+        raise ConfigError(f"simulate.calibrated={cfg.calibrated}: knobs {unknown} are not "
+                          "simulate settings (a calibration of an older version: calibrate again)")
+    return replace(cfg, **{k: type(getattr(cfg, k))(v) for k, v in knobs.items()})
 
 
 def _version(dist: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from planner.descriptors import TRANSPORTS
+from planner.descriptors import LAYOUTS, TRANSPORTS
 from planner.offline import POLICIES
 from rollfleet.cli import ConfigError, one_of
 from serving import ServingConfig
@@ -25,10 +25,23 @@ class SimulateConfig:
     mtp_acceptance: float = 0.85  # P(the MTP draft token is accepted)
     prefill_efficiency: float = 1.0  # the perf data's prefill times are divided by this
     decode_efficiency: float = 1.0  # and its decode step times by this
-    transfer_gbps: float = 450.0  # KV transfer per rank, GB/s (NVLink inside an NVL72 rack)
-    kv_transport: str = one_of("nixl_cuda_ipc_gb200", tuple(TRANSPORTS))  # `layouts`' constants
-    host_kv_tokens: int = 0  # host-memory KV tier per worker (0: none, as serving=glm5_gpu)
+    # KV transfers P -> D: a transport's cost per descriptor and bandwidth (planner/descriptors.py)
+    # and the descriptors the layout posts per token time the replay's handoffs and `layouts`
+    kv_transport: str = one_of("nixl_cuda_ipc_gb200", tuple(TRANSPORTS))
+    kv_layout: str = one_of("per_layer", tuple(LAYOUTS))  # vLLM's default: per_layer
+    # a fixed transfer bandwidth per rank in GB/s instead (no descriptor cost; null: the above)
+    transfer_gbps: float | None = None
+    # host-memory KV tier, GB of distinct KV per GPU of a worker (0: none, as serving=glm5_gpu):
+    # a worker's tier is this x its GPUs, shared out among its attention-DP ranks
+    host_kv_gb_per_gpu: float = 0.0
     host_gbps: float = 200.0  # host tier <-> GPU per rank, GB/s
+    # the share of the fitted efficiencies' gain (over the perf data) that a worker of another
+    # layout than the fit's gets: efficiency ** this (1: all of it, 0: the data as measured)
+    layout_efficiency_carry: float = 1.0
+    # an attention-DP prefill worker's ranks prefill side by side; aiconfigurator times each as
+    # if all were equally busy. The share of that dp-fold rate it keeps: 1 (equal ranks), 0 (one
+    # rank's rate: the ranks never overlap)
+    dp_prefill_overlap: float = 1.0
     gpu_memory_utilization: float = 0.9  # share of GPU memory vLLM may use (sizes the KV cache)
     # workload: "seed"; "static" (aiconfigurator's question: one-turn requests of `isl` tokens,
     # the first `prefix` of them shared by all and cached, `osl` sampled); or a rollfleet run
@@ -60,6 +73,9 @@ class SimulateConfig:
     # block on the GPU (Dynamo's host_cache_hit_weight; null: Dynamo's own, 0.75 in 1.6.1)
     host_hit_weight: float | None = None
     target_tok_s: float = 100.0  # per user, decoding
+    # which tok/s per user meets it: p10 (of the requests' own rates: what the slowest users
+    # feel) or mean (over every decoded token)
+    target_stat: str = one_of("p10", ("p10", "mean"))
     ttft_slo_s: float = 10.0  # p90 TTFT above this counts as broken
     seed: int = 0  # the workload's and router's seed
     # offline: Dynamo's replay on a virtual clock; live: mocker engines over HTTP
@@ -72,7 +88,8 @@ class SimulateConfig:
     # sweep: the router policies
     sweep_policies: list[str] = field(default_factory=lambda: list(POLICIES))
     jobs: int = 1  # sweep, calibrate, plan: simulations side by side (processes; offline)
-    calibrated: str | None = None  # calibrate: take the knobs of this calibrate JSON, fit none
+    # calibrate: take the knobs of this calibrate JSON, fit none; run, plan: simulate at them
+    calibrated: str | None = None
     # calibrate (the fit point, predictions, sensitivity) and plan: over seeds seed ... +n-1
     seeds: int = 1
     predict_ratios: bool = True  # calibrate: search each P:D ratio's capacity (most of the cost)
@@ -83,6 +100,12 @@ class SimulateConfig:
     # plan: worker layouts each role may take: TP<n> (experts over the same n GPUs) or
     # TP<n>EP<m> (m > n: attention DP m/n, as TP1EP8 = "DEP8"; m < n: MoE TP n/m)
     plan_layouts: list[str] = field(default_factory=lambda: ["TP4", "TP8"])
+    # calibrate, plan: the pinned knobs at their ranges' ends too (a plan's fleet counts only if it
+    # meets the target at every end; ends that move the fit are refitted to the published point)
+    knob_ends: bool = True
+    rack_gpus: int = 72  # plan: GPUs of one NVLink rack (GB200 NVL72); beyond, KV crosses racks
+    # plan: the transport KV takes between racks (null: the same as within one)
+    cross_rack_transport: str | None = None
 
 
 EXPERT_PARALLEL = "--enable-expert-parallel"  # vLLM: experts over TP x DP GPUs, not sliced

@@ -43,7 +43,12 @@ class Fleet:
     kv_blocks: int = 16384  # per worker (all its GPUs), or per attention-DP rank
     dp: int = 1  # attention-DP ranks per worker: each its own engine, batch and KV cache
     kv_bytes_per_token: int = 38236  # per rank, for transfer timing
-    transfer_gbps: float = 450.0  # per rank
+    transfer_gbps: float = 450.0  # per rank, effective (descriptor costs included)
+    # host-memory KV tier of one worker (0: none), shared out among its attention-DP ranks;
+    # the prefill workers' when their layout differs (0: the same as `host_blocks`)
+    host_blocks: int = 0
+    prefill_host_blocks: int = 0
+    host_gbps: float = 200.0  # host tier <-> GPU per rank
     profile: str = ""  # the perf table (.npz)
     prefill_profile: str = ""  # the prefill workers' table when their layout differs ("": profile)
     prefill_kv_blocks: int = 0  # the prefill workers' KV blocks when their layout differs (0: same)
@@ -79,12 +84,15 @@ def engine_args(fleet: Fleet, worker_type: str) -> dict[str, Any]:
     if profile:
         engine["timing_model"] = {"type": "external", "provider": "dynamo_profile",
                                   "config": {"path": str(profile)}}
-    engine.update(fleet.extra)
     dp = fleet.prefill_dp if prefill and fleet.prefill_dp else fleet.dp
-    host = engine.get("native_host_offload")
-    if host and dp > 1:  # the worker's host tier, shared out among its ranks
-        engine["native_host_offload"] = {**host,
-                                         "num_host_blocks": host["num_host_blocks"] // dp}
+    host = fleet.prefill_host_blocks if prefill and fleet.prefill_host_blocks else \
+        fleet.host_blocks
+    if host:  # the worker's host tier, shared out among its ranks
+        engine["native_host_offload"] = {"num_host_blocks": host // dp,
+                                         "d2h_bandwidth_gbps": fleet.host_gbps,
+                                         "h2d_bandwidth_gbps": fleet.host_gbps}
+        engine["kv_cache_bytes_per_token"] = fleet.kv_bytes_per_token
+    engine.update(fleet.extra)
     return {"engine": engine, "dp_size": dp}
 
 
@@ -219,6 +227,9 @@ def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | No
                           if r["itl_ms"])
     decode_tokens = sum(max(0, r["output_length"] - 1) for r in done if r["itl_ms"])
     per_user = [1000.0 / r["itl_ms"] for r in done if r.get("itl_ms")]
+    moved = [-(-r["input_length"] // BLOCK) - (r.get("decode_reused_input_tokens") or 0) // BLOCK
+             for r in done if r.get("prefill_worker_idx") is not None
+             and r.get("decode_worker_idx") is not None]
     ttft = [r["ttft_ms"] / 1000.0 for r in done if r.get("ttft_ms") is not None]
     reusable = sum(r["input_length"] for r in done)
     reused = sum(r.get("reused_input_tokens") or 0 for r in done)
@@ -231,9 +242,15 @@ def summarize(summary: dict, requests: list[dict], measure: tuple[int, int] | No
         "tok_s_user_p50": percentile(per_user, 0.50),
         "ttft_p50_s": percentile(ttft, 0.5), "ttft_p90_s": percentile(ttft, 0.9),
         "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
-        # per-token ITL percentiles are the replay's own (all requests, warm-up included)
+        # three ITLs (issue 50): the replay's own percentiles over every gap between two tokens
+        # (all requests, warm-up included); the p90 over requests of each one's mean gap (what
+        # per-request tools report as ITL or TPOT); the mean gap over every decoded token
         "itl_p50_ms": summary.get("median_itl_ms"), "itl_p90_ms": summary.get("p90_itl_ms"),
         "itl_p99_ms": summary.get("p99_itl_ms"),
+        "itl_request_p90_ms": percentile([r["itl_ms"] for r in done if r.get("itl_ms")], 0.9),
+        "itl_mean_ms": decode_ms / decode_tokens if decode_tokens else float("nan"),
+        # blocks a P -> D handoff moves: the prompt's less those the decoder held already
+        "transfer_blocks_mean": statistics.fmean(moved) if moved else float("nan"),
         "prefix_reuse": reused / reusable if reusable else 0.0,
         "output_tok_s": (sum(r["output_length"] for r in done) / (span / 1000.0)
                          if span else 0.0),

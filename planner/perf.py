@@ -30,6 +30,7 @@ What the table cannot say, and how it is handled:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -41,14 +42,16 @@ from typing import Any
 
 import numpy as np
 
-from kernels.kv_capacity import bytes_per_token
-from kernels.kv_formats import KVFormat
+from kernels.kv_capacity import INDEXER_ROW_BYTES
+from kernels.kv_formats import ROW_BYTES, KVFormat
+from planner.descriptors import Geometry
 
 log = logging.getLogger(__name__)
 
 # vLLM's --kv-cache-dtype -> the MLA row format (kernels/kv_formats.py holds the row sizes):
-# "fp8" is the seed's 576-byte per-tensor row, "fp8_ds_mla" vLLM's 656-byte FlashMLA row. Each
-# token-layer also keeps the DSA indexer's own key row, which no format shrinks.
+# "fp8" is the seed's 576-byte per-tensor row, "fp8_ds_mla" vLLM's 656-byte FlashMLA row. The
+# layers that compute their own top-k also keep the DSA indexer's key row, which no format
+# shrinks (`indexer_caches`).
 ROW_FORMATS = {"nvfp4": KVFormat.NVFP4, "fp8": KVFormat.FP8, "fp8_ds_mla": KVFormat.FP8_DS,
                "auto": KVFormat.BF16, "bfloat16": KVFormat.BF16}
 KV_LAYERS = 78 + 1  # GLM-5.x: 78 decoder layers and the MTP layer each keep a KV cache
@@ -226,13 +229,35 @@ def kv_budget_bytes(spec: PerfSpec, gpu_memory_utilization: float = 0.9) -> floa
     return float(est["total_kv_size_bytes"])
 
 
-def kv_bytes_per_token(kv_cache_dtype: str) -> int:
-    """Bytes one token's cache takes on each rank (all layers), by cache format."""
+@functools.cache
+def indexer_caches(checkpoint: str = CHECKPOINTS["gb200"]) -> int:
+    """Layers that keep a DSA indexer key cache: GLM-5.2/5.3's "IndexShare" layers reuse the
+    previous full layer's top-k and keep none. aiconfigurator's model config lists them
+    (`indexer_types`: 21 "full" of GLM-5.3's 78), plus the MTP layer's own; 79 + 22 = 101
+    registered regions, the count vLLM issue 55434 reports for GLM-5.3 on GB200."""
+    import aiconfigurator_core
+
+    name = checkpoint.replace("/", "--") + "_config.json"
+    config = json.loads((Path(aiconfigurator_core.__file__).parent / "model_configs" / name)
+                        .read_text())
+    text = config.get("text_config", config)
+    kinds = text.get("indexer_types") or ["full"] * text["num_hidden_layers"]
+    return kinds.count("full") + text.get("num_nextn_predict_layers", 0)
+
+
+def kv_geometry(kv_cache_dtype: str, block: int) -> Geometry:
+    """One rank's KV cache by cache format: every layer's MLA row, the indexer rows of the
+    layers that keep one."""
     fmt = ROW_FORMATS.get(kv_cache_dtype)
     if fmt is None:
         raise ValueError(f"no MLA row size known for kv_cache_dtype {kv_cache_dtype!r}; "
                          f"known: {sorted(ROW_FORMATS)}")
-    return bytes_per_token(fmt, KV_LAYERS)
+    return Geometry(KV_LAYERS, ROW_BYTES[fmt], block, indexer_caches(), INDEXER_ROW_BYTES)
+
+
+def kv_bytes_per_token(kv_cache_dtype: str) -> int:
+    """Bytes one token's cache takes on each rank (all layers), by cache format."""
+    return kv_geometry(kv_cache_dtype, 1).bytes_per_token
 
 
 def capacity_tokens(spec: PerfSpec, kv_cache_dtype: str,

@@ -1,6 +1,10 @@
 """The seed's published figures for its GLM-5.3 fleet (shared/notes/peers.md, kv-formats.md):
 the one home of every number the simulation is compared with. None of them is an input."""
 
+# How the seed's tok/s per user is read: one figure per fleet, the mean over its users (a p10
+# would be said); the fit and the ratio search judge it so, the planner by the p10.
+TOK_S_STAT = "mean"
+
 PUBLISHED = {
     "tok_s_user": 101.0,  # at 1P:4D with 66 sessions per prefill group
     "sessions_per_prefill_group": 66,

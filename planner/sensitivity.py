@@ -19,7 +19,7 @@ def sweep(measure: Callable[[list[dict[str, float]]], list[list[dict]]],
     """For each knob, `points` values from its low to its high end (and its calibrated value).
     `measure` takes every setting at once (to run them side by side) and gives each one's runs,
     one per seed: a figure is their mean, with their [min, max]."""
-    settings = [(name, v) for name, k in KNOBS.items()
+    settings = [(name, v) for name, k in KNOBS.items() if k.moves_fit
                 for v in sorted({*np.linspace(k.low, k.high, points).round(6).tolist(),
                                  knobs[name]})]
     results = measure([{**knobs, name: v} for name, v in settings])

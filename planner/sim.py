@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner import offline, perf, planner, workload
+from planner import connector, offline, perf, planner, workload
 from planner.config import SimulateConfig, topology
 from serving import ServingConfig
 
@@ -37,7 +37,7 @@ class Sim:
             prefill_efficiency=cfg.prefill_efficiency, decode_efficiency=cfg.decode_efficiency)
         self.profile = perf.build_profile(self.spec, cache_dir / "sim")
         self.budget = perf.kv_budget_bytes(self.spec, cfg.gpu_memory_utilization)
-        self._by_layout = {(self.spec.tp, self.spec.moe_ep): (self.profile, self.budget)}
+        self._by_layout = {self.spec: (self.profile, self.budget)}
         self.runs = 0
 
     @property
@@ -56,34 +56,72 @@ class Sim:
         return [self] + [Sim(self.serving, replace(c, seed=s), self.work_dir, self.cache_dir)
                          for s in range(c.seed + 1, c.seed + max(1, c.seeds))]
 
-    def at_layout(self, tp: int, ep: int) -> tuple[Path, float]:
-        """The perf table and KV bytes per GPU of a worker of layout TP `tp` EP `ep`; a budget
-        <= 0: the weights do not fit. aiconfigurator has MoE data at EP = TP, EP > TP (attention
-        DP) and EP 1; other layouts raise perf.NoPerfData."""
-        if (tp, ep) not in self._by_layout:
-            spec = replace(self.spec, tp=tp, moe_ep=ep)
+    def layout_spec(self, tp: int, ep: int, role: str = "decode") -> perf.PerfSpec:
+        """The perf spec of a `role` worker of layout TP `tp` EP `ep`. The efficiencies were
+        fitted on the serving config's layout: another layout gets `layout_efficiency_carry` of
+        their gain (as a power). An attention-DP prefill worker keeps `dp_prefill_overlap` of
+        the dp-fold rate its table assumes (every rank prefilling at once, equally loaded)."""
+        spec = replace(self.spec, tp=tp, moe_ep=ep)
+        if (tp, ep) != (self.spec.tp, self.spec.moe_ep):
+            carry = self.cfg.layout_efficiency_carry
+            spec = replace(spec, prefill_efficiency=self.spec.prefill_efficiency ** carry,
+                           decode_efficiency=self.spec.decode_efficiency ** carry)
+        if role == "prefill" and spec.attention_dp > 1:
+            dp, overlap = spec.attention_dp, self.cfg.dp_prefill_overlap
+            spec = replace(spec, prefill_efficiency=spec.prefill_efficiency
+                           * (1 + (dp - 1) * overlap) / dp)
+        return spec
+
+    def at_layout(self, tp: int, ep: int, role: str = "decode") -> tuple[Path, float]:
+        """The perf table and KV bytes per GPU of a `role` worker of layout TP `tp` EP `ep`; a
+        budget <= 0: the weights do not fit. aiconfigurator has MoE data at EP = TP, EP > TP
+        (attention DP) and EP 1; other layouts raise perf.NoPerfData."""
+        spec = self.layout_spec(tp, ep, role)
+        if spec not in self._by_layout:
             try:
                 budget = perf.kv_budget_bytes(spec, self.cfg.gpu_memory_utilization)
             except ValueError:  # aiconfigurator: "no KV budget: non-KV memory ... exceeds"
                 budget = 0.0
             profile = perf.build_profile(spec, self.cache_dir / "sim") if budget > 0 else Path()
-            self._by_layout[tp, ep] = (profile, budget)
-        return self._by_layout[tp, ep]
+            self._by_layout[spec] = (profile, budget)
+        return self._by_layout[spec]
+
+    def host_blocks(self, gpus: int) -> int:
+        """A worker's host tier in blocks: its GPUs' share of host memory, in tokens."""
+        per_token = perf.kv_bytes_per_token(self.topo["kv_cache_dtype"])
+        return int(self.cfg.host_kv_gb_per_gpu * 1e9 * gpus // per_token) // offline.BLOCK
+
+    def transfer_gbps(self, transport: str | None = None) -> float:
+        """The handoff's bandwidth per rank: `transfer_gbps` if set, else the transport's bytes
+        and descriptors (the layout's regions x the probe's runs per block) as one rate."""
+        if self.cfg.transfer_gbps is not None:
+            return self.cfg.transfer_gbps
+        return connector.transfer_gbps(self.topo["kv_cache_dtype"], self.cfg.kv_layout,
+                                       transport or self.cfg.kv_transport)
 
     def shape_fleet(self, shape: planner.Shape) -> offline.Fleet | None:
-        """A fleet of `shape`'s worker counts and layouts (None: a role's weights do not fit)."""
+        """A fleet of `shape`'s worker counts and layouts (None: a role's weights do not fit).
+        A fleet beyond one rack moves KV with `cross_rack_transport` (all of it: which
+        transfers cross is the router's choice, unknown here)."""
         (p_table, p_budget), (d_table, d_budget) = (
-            self.at_layout(shape.tp_prefill, shape.ep_prefill),
-            self.at_layout(shape.tp_decode, shape.ep_decode))
+            self.at_layout(shape.tp_prefill, shape.ep_prefill, "prefill"),
+            self.at_layout(shape.tp_decode, shape.ep_decode, "decode"))
         if p_budget <= 0 or d_budget <= 0:
             return None
         per_token = perf.kv_bytes_per_token(self.topo["kv_cache_dtype"])
         dp = replace(self.spec, tp=shape.tp_decode, moe_ep=shape.ep_decode).attention_dp
         prefill_dp = replace(self.spec, tp=shape.tp_prefill, moe_ep=shape.ep_prefill).attention_dp
-        return replace(self.fleet(prefill=shape.prefill, decode=shape.decode),
-                       profile=str(d_table), kv_blocks=int(d_budget // per_token) // offline.BLOCK,
-                       dp=dp, prefill_profile=str(p_table), prefill_dp=prefill_dp,
-                       prefill_kv_blocks=int(p_budget // per_token) // offline.BLOCK)
+        fleet = replace(self.fleet(prefill=shape.prefill, decode=shape.decode),
+                        profile=str(d_table), kv_blocks=int(d_budget // per_token) // offline.BLOCK,
+                        dp=dp, prefill_profile=str(p_table), prefill_dp=prefill_dp,
+                        prefill_kv_blocks=int(p_budget // per_token) // offline.BLOCK,
+                        host_blocks=self.host_blocks(planner.worker_gpus(shape.tp_decode,
+                                                                         shape.ep_decode)),
+                        prefill_host_blocks=self.host_blocks(
+                            planner.worker_gpus(shape.tp_prefill, shape.ep_prefill)))
+        if shape.gpus > self.cfg.rack_gpus and self.cfg.cross_rack_transport:
+            fleet = replace(fleet, transfer_gbps=self.transfer_gbps(self.cfg.cross_rack_transport))
+        return fleet
 
     def sessions(self, count: int) -> list[list[workload.Turn]]:
         c = self.cfg
@@ -104,12 +142,6 @@ class Sim:
         dtype = kv_cache_dtype or t["kv_cache_dtype"]
         prefill = prefill or t["prefill"] or 1
         dec = t["decode"] if decode is None else decode
-        extra: dict[str, Any] = {}
-        if c.host_kv_tokens:
-            extra = {"native_host_offload": {"num_host_blocks": c.host_kv_tokens // offline.BLOCK,
-                                             "d2h_bandwidth_gbps": c.host_gbps,
-                                             "h2d_bandwidth_gbps": c.host_gbps},
-                     "kv_cache_bytes_per_token": perf.kv_bytes_per_token(dtype)}
         agg_workers = 0
         if agg:  # the same GPUs, every worker doing both phases
             agg_workers = groups * (prefill + dec)
@@ -119,9 +151,10 @@ class Sim:
             prefill_workers=groups * prefill, decode_workers=groups * dec,
             agg_workers=agg_workers, kv_blocks=self.capacity(dtype) // offline.BLOCK,
             dp=self.spec.attention_dp,
-            kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=c.transfer_gbps,
+            kv_bytes_per_token=perf.kv_bytes_per_token(dtype), transfer_gbps=self.transfer_gbps(),
+            host_blocks=self.host_blocks(self.worker_gpus), host_gbps=c.host_gbps,
             profile=str(self.profile), decode_speedup=self.spec.decode_speedup,
-            prefill_batched_tokens=t["prefill_batched_tokens"], extra=extra)
+            prefill_batched_tokens=t["prefill_batched_tokens"])
 
     def run(self, fleet: offline.Fleet, lanes: int, policy: str | None = None) -> dict:
         policy = policy or self.cfg.policy
@@ -144,7 +177,10 @@ class Sim:
         return result
 
     def meets(self, r: dict) -> bool:
-        return (r["tok_s_user"] >= self.cfg.target_tok_s and r["ttft_p90_s"] <= self.cfg.ttft_slo_s)
+        """tok/s per user (`target_stat`: the requests' p10, or the mean) at the target and
+        TTFT p90 within the SLO."""
+        tok_s = r["tok_s_user_p10"] if self.cfg.target_stat == "p10" else r["tok_s_user"]
+        return tok_s >= self.cfg.target_tok_s and r["ttft_p90_s"] <= self.cfg.ttft_slo_s
 
     def max_sessions(self, fleet: offline.Fleet, policy: str | None = None,
                      steps: tuple[int, ...] = CAPACITY_STEPS, scale: int = 1) -> tuple[int, dict]:

@@ -18,3 +18,11 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> str:
     out = "\n".join(text)
     print(out, flush=True)
     return out
+
+
+def interval(values: list[float], nd: int = 1) -> str:
+    """Mean, and [min - max] over seeds when there are several."""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.{nd}f}"
+    return f"{mean:.{nd}f} [{min(values):.{nd}f} - {max(values):.{nd}f}]"
