@@ -81,11 +81,12 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
                           text=True).stdout.strip()
 
 
-def module_key(path: str, tests: list[str], functions: list[str] | None, version: str) -> str:
+def module_key(commit: str, path: str, tests: list[str], functions: list[str] | None,
+               version: str) -> str:
     """What a module's results depend on: its text, its tests' (and their conftests'), the
     functions chosen, the tool."""
     conftests = {str(Path(t).parent / "conftest.py") for t in tests} | {"tests/conftest.py"}
-    blobs = [_git("rev-parse", f"HEAD:{p}") if _git("ls-tree", "HEAD", p) else "-"
+    blobs = [_git("rev-parse", f"{commit}:{p}") if _git("ls-tree", commit, p) else "-"
              for p in [path, *tests, *sorted(conftests)]]
     return hashlib.sha256(json.dumps([path, blobs, functions, version]).encode()).hexdigest()[:16]
 
@@ -207,19 +208,20 @@ def main(argv: list[str]) -> int:
     report["tool"] = f"mutmut {version}"
     chosen = [p for p in list(MODULES)[shard::shards] if only in p]
     start = time.monotonic()
+    commit = _git("rev-parse", "HEAD")  # what the worktree holds, whatever lands meanwhile
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        _git("worktree", "add", "-q", "--detach", str(tree), "HEAD")
+        _git("worktree", "add", "-q", "--detach", str(tree), commit)
         try:
             for path in chosen:
                 tests, functions = MODULES[path]
-                key = module_key(path, tests, functions, version)
+                key = module_key(commit, path, tests, functions, version)
                 cached = report["modules"].get(path, {})
                 if cached.get("key") == key and not fresh:
-                    print(f"{path}: cached ({cached['mutants']} mutants)")
+                    print(f"{path}: cached ({cached['mutants']} mutants)", flush=True)
                     continue
                 if budget_s is not None and time.monotonic() - start > budget_s:
-                    print(f"{path}: not started (budget of {budget_s:.0f} s spent)")
+                    print(f"{path}: not started (budget of {budget_s:.0f} s spent)", flush=True)
                     continue
                 began = time.monotonic()
                 log = Path(tmp) / "mutmut.log"
@@ -230,13 +232,13 @@ def main(argv: list[str]) -> int:
                     return 2
                 report["modules"][path] = {
                     "key": key, "tests": tests, "functions": functions,
-                    "commit": _git("rev-parse", "--short", "HEAD"),
+                    "commit": commit[:10],
                     "seconds": round(time.monotonic() - began), "results": results}
                 write_report(report, equivalent)
                 entry = report["modules"][path]
                 print(f"{path}: {entry['mutants']} mutants, {entry['killed']} killed, "
                       f"{entry['survived']} survived, {entry['timed_out']} timed out "
-                      f"in {entry['seconds']} s")
+                      f"in {entry['seconds']} s", flush=True)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            check=False)

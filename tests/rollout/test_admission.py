@@ -97,3 +97,30 @@ def test_a_fixed_window_is_fixed():
     window = FixedWindow(8)
     window.observe(_record(10**6, 10**6))
     assert window.limit() == 8
+
+
+def test_a_session_holds_its_last_prompt_and_that_turn_s_completion():
+    record = {"turns": [{"prompt_tokens": 10, "completion_tokens": 5},
+                        {"prompt_tokens": 20, "completion_tokens": 6},
+                        {"prompt_tokens": 30, "completion_tokens": 7}]}
+    assert session_tokens(record) == 37
+    assert session_tokens({"turns": []}) == session_tokens({}) == 0
+
+
+def test_as_the_fleet_builds_it_30_s_without_a_preemption_grow_the_share_by_a_tenth():
+    """docs/rollout-engine.md: the defaults the fleet leaves as they are (metrics read every
+    2 s, 30 s of calm, each finished session moving the estimate a fifth of the way)."""
+    engines, clock = Engines(100_000), Clock()
+    budget = KvBudget(engines, group=1, maximum=1000, fill=0.8, guess_tokens=1000, clock=clock)
+    assert budget.limit() == 80
+    engines.states = [KvState(100_000, 0.99, 1.0)]
+    clock.now = 1.9
+    assert budget.limit() == 80  # not read again yet
+    clock.now = 2.0
+    assert budget.limit() == 40
+    clock.now = 29.0
+    assert budget.limit() == 40  # 27 s of calm
+    clock.now = 32.0
+    assert budget.limit() == 44
+    budget.observe(_record(1500, 500))  # 1000 -> 1200
+    assert budget.session == 1200

@@ -5,10 +5,12 @@ import stat
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import datetime, timedelta
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from datasets import Dataset, load_dataset, load_from_disk
+from datasets import Dataset, List, load_dataset, load_from_disk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,9 +26,11 @@ from rollout.record import (
     TurnRecord,
     build_record,
     error_record,
+    experts_fields,
     prefix_break,
 )
-from rollout.rl.trainer_view import trainer_rows
+from rollout.rl.trainer_view import TRAINER_FEATURES, trainer_rows
+from rollout.rl.trainer_view import main as trainer_view_main
 from rollout.sink import RecordSink, SchemaError
 
 PROV = Provenance("run-1", "tiny-glm", "/models/tiny", "abc", 7, '{"vllm": "0.31.0"}')
@@ -78,6 +82,75 @@ def test_counts_come_from_the_calls():
                        SessionTrace(turns=[_turn(0, [1], [2], calls)]))
     assert (rec["num_tool_calls"], rec["num_invalid_tool_calls"]) == (3, 1)
     assert rec["tool_call_issues"]["invalid_utf8"] == 1 and rec["tool_call_issues"]["failed"] == 1
+
+
+def _schema_keys(value, feature, where="record"):
+    """Every dict of a record, nested ones included, has exactly its schema's keys."""
+    if isinstance(feature, List):
+        for i, item in enumerate(value or []):
+            _schema_keys(item, feature.feature, f"{where}[{i}]")
+    elif isinstance(feature, dict) and value is not None:
+        assert set(value) == set(feature), where
+        for key, sub in feature.items():
+            _schema_keys(value[key], sub, f"{where}.{key}")
+
+
+def test_every_field_of_a_record_nested_ones_included_is_the_schema_s_and_says_what_it_got():
+    """A session with tool calls, parts, messages, labels and a score; an unscored one."""
+    calls = [ToolCallRecord("c1", "bash", '{"cmd": "ls"}', False, "", True, ["malformed"], "o")]
+    first = replace(_turn(0, [1, 2], [3, 4], calls), dropped_calls=2, issues=["cut_off"])
+    second = replace(_turn(1, [1, 2, 3, 4, 5], [6], calls), dropped_calls=1,
+                     issues=["cut_off", "subtoken_markup"],
+                     parts=[TurnPart(0, "d0", 0), TurnPart(1, "d1", 1)])
+    messages = [{"role": "user", "content": "fix it"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "c1", "function": {"name": "bash"}}]},
+                {"role": "tool", "content": "out", "tool_call_id": "c1"}]
+    trace = SessionTrace(turns=[first, second], messages=messages, node_id="n1",
+                         labels=("hard", "strings"))
+    outcome = Outcome("ok", "submitted", reward=1.0, tests_total=3, tests_failed=1,
+                      test_output="3 tests")
+    rec = build_record(Job("t", 0), PROV, outcome, trace)
+    _schema_keys(rec, FEATURES)
+    assert (rec["task_difficulty"], rec["task_category"], rec["node_id"]) == (
+        "hard", "strings", "n1")
+    assert rec["reward_info"] == {"tests_total": 3, "tests_failed": 1, "output": "3 tests"}
+    assert rec["messages"] == [
+        {"role": "user", "content": "fix it", "tool_calls": "", "tool_call_id": ""},
+        {"role": "assistant", "content": "",
+         "tool_calls": '[{"id": "c1", "function": {"name": "bash"}}]', "tool_call_id": ""},
+        {"role": "tool", "content": "out", "tool_call_id": "c1", "tool_calls": ""}]
+    assert [(t["prompt_tokens"], t["completion_tokens"]) for t in rec["turns"]] == [(2, 2),
+                                                                                  (5, 1)]
+    counts = rec["tool_call_issues"]
+    assert (counts["dropped"], counts["cut_off"], counts["subtoken_markup"]) == (3, 2, 1)
+    assert (counts["malformed"], counts["failed"], counts["invalid_utf8"]) == (2, 2, 0)
+    stamp = rec["provenance"]
+    assert {k: stamp[k] for k in stamp if k != "created_at"} == {
+        "model": "tiny-glm", "model_path": "/models/tiny", "config_hash": "abc", "seed": 7,
+        "versions": '{"vllm": "0.31.0"}', "checkpoint": ""}
+    assert datetime.fromisoformat(stamp["created_at"]).utcoffset() == timedelta(0)
+    unscored = build_record(Job("t", 1), PROV, Outcome("infra_error", "error"))
+    _schema_keys(unscored, FEATURES)
+    assert unscored["reward_info"] is None and unscored["tool_call_issues"]["dropped"] == 0
+
+
+def test_an_error_record_keeps_the_error_and_stops_on_error():
+    rec = error_record(Job("t", 2), PROV, "actor died")
+    assert (rec["status"], rec["stop_reason"], rec["error"]) == ("infra_error", "error",
+                                                                 "actor died")
+    assert rec["reward"] is None and rec["turns"] == [] and not rec["prefix_consistent"]
+
+
+def test_routed_experts_are_kept_as_bytes_of_uint8_ids_with_their_shape_and_start():
+    assert experts_fields(None, 4) == {}
+    kept = experts_fields([[[0, 255]], [[7, 1]]], 5)
+    assert kept == {"routed_experts": bytes([0, 255, 7, 1]), "routed_experts_shape": [2, 1, 2],
+                    "routed_experts_start": 5}
+    assert experts_fields([[3]], None)["routed_experts_start"] == 0
+    assert experts_fields(np.zeros((0, 2, 1), dtype=np.int64), 1)["routed_experts"] == b""
+    with pytest.raises(ValueError, match="expert ids up to 256 do not fit uint8"):
+        experts_fields([[256]], 0)
 
 
 def _record(job, status="ok", reward=1.0):
@@ -213,6 +286,56 @@ def test_a_trainer_row_is_its_session_as_sampled_with_its_group_s_versions():
     assert (last["policy_version"], last["turn_policy_versions"]) == (1, [1, 2])
     assert (last["logprobs_mode"], last["temperature"], last["status"]) == (
         "behaviour", 1.0, "truncated")
+
+
+def test_a_trainer_row_says_where_each_turn_s_tokens_start_and_what_they_were_sampled_under():
+    turns = [_turn(0, [1, 2], [3, 4]),
+             replace(_turn(1, [1, 2, 3, 4, 9], [5]), temperature=0.5, top_p=0.9,
+                     grammar="root ::= x", logit_bias='{"7": -100}')]
+    rec = build_record(Job("a", 0), PROV, Outcome("ok", "submitted", reward=1.0),
+                       SessionTrace(turns=turns))
+    view = trainer_rows(Dataset.from_list([rec], features=FEATURES))
+    assert view.features == TRAINER_FEATURES
+    assert view[0]["turns"] == [
+        {"start": 2, "length": 2, "temperature": 1.0, "top_p": 1.0, "grammar": "",
+         "logit_bias": "{}"},
+        {"start": 5, "length": 1, "temperature": 0.5, "top_p": pytest.approx(0.9),
+         "grammar": "root ::= x", "logit_bias": '{"7": -100}'}]
+
+
+def test_a_group_of_two_versions_is_mixed_and_one_of_a_single_version_is_not():
+    def sampled(task, i, version):
+        turn = replace(_turn(0, [1], [2]), policy_version=version)
+        return build_record(Job(task, i), PROV, Outcome("ok", "submitted", reward=1.0),
+                            SessionTrace(turns=[turn]))
+    rows = [sampled("a", 0, 0), sampled("a", 1, 1), sampled("b", 0, 1), sampled("b", 1, 1)]
+    view = trainer_rows(Dataset.from_list(rows, features=FEATURES))
+    assert view["group_mixed"] == [True, True, False, False]
+
+
+def test_a_record_of_unknown_staleness_is_trained_and_one_of_unknown_consistency_is_not():
+    """Records written before these fields existed read them as null."""
+    stale_unknown = _record(Job("a", 0)) | {"stale": None}
+    consistency_unknown = _record(Job("a", 1)) | {"prefix_consistent": None}
+    view = trainer_rows(Dataset.from_list([stale_unknown, consistency_unknown],
+                                          features=FEATURES))
+    assert view["rollout_id"] == ["a/0"]
+
+
+def test_the_trainer_view_of_a_run_is_written_beside_its_dataset_and_reads_back(tmp_path,
+                                                                                capsys):
+    """`python -m rollout.rl.trainer_view RUN_DIR`; a view of no session reads back too."""
+    for name, rows in [("run", [_record(Job("a", 0)), _record(Job("a", 1), reward=None)]),
+                       ("empty", [error_record(Job("a", 0), PROV, "engine down")])]:
+        Dataset.from_list(rows, features=FEATURES).save_to_disk(str(tmp_path / name / "dataset"))
+        assert trainer_view_main([str(tmp_path / name)]) == 0
+        view = load_from_disk(str(tmp_path / name / "trainer"))
+        assert view.features == TRAINER_FEATURES and len(view) == len(rows) - 1
+    assert "1 sessions -> " in capsys.readouterr().out
+    assert trainer_view_main([]) == 2
+    assert "usage: python -m rollout.rl.trainer_view RUN_DIR" in capsys.readouterr().err
+    assert trainer_view_main([str(tmp_path / "nothing")]) == 2
+    assert "is not a finished run folder" in capsys.readouterr().err
 
 
 def test_a_run_that_finished_nothing_saves_an_empty_dataset_with_the_schema(tmp_path):

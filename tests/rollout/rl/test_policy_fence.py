@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from rollout.rl.policy_fence import PolicyBoard, TurnEnd
+from rollout.rl.policy_fence import PolicyBoard, TurnEnd, TurnFence, remote_board
 
 
 def run(coro):
@@ -83,3 +83,51 @@ def test_a_turn_that_ends_after_an_update_learns_what_that_update_served():
         board.finish_update(1, "v1")  # failed: the fleet still serves v1
         return early, board.end("late"), board.end("next")
     assert run(go()) == (TurnEnd(1), TurnEnd(2, (1, "v1")), TurnEnd(1, (1, "v1")))
+
+
+def test_a_turn_the_board_never_saw_begin_ends_with_no_pause_inside():
+    board = PolicyBoard()
+    board.paused()
+    assert board.end("unknown") == TurnEnd(0)
+
+
+def test_without_a_board_every_turn_is_version_zero_and_whole():
+    fence = TurnFence(checkpoint="d0")
+
+    async def go():
+        return await fence.begin("t"), await fence.end("t")
+    assert run(go()) == ((0, "d0"), TurnEnd(0))
+
+
+@pytest.fixture(scope="module")
+def one_cpu_ray():
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def test_the_board_as_a_ray_actor_takes_no_cpu_and_answers_beside_waiting_turns(one_cpu_ray):
+    """The board starts on a cluster whose one CPU a session actor holds; with more turns
+    waiting for an update than an async actor runs by default (1,000), the update still
+    finishes and every waiting turn gets the new version."""
+    ray = one_cpu_ray
+    session = ray.remote(num_cpus=1)(PolicyBoard).remote()  # holds the cluster's one CPU
+    ray.get(session.current.remote(), timeout=60)
+    fresh = TurnFence(remote_board(), checkpoint="unused")
+    board = remote_board(2, "v2")
+    fence = TurnFence(board)
+
+    async def go():
+        first = await asyncio.wait_for(fresh.begin("t"), 60)
+        assert await asyncio.wait_for(fence.begin("t"), 60) == (2, "v2")
+        await board.start_update.remote()
+        waiting = [fence.begin(f"w{i}") for i in range(1001)]
+        gathered = asyncio.gather(*waiting)
+        await asyncio.sleep(1)
+        await board.paused.remote()
+        await asyncio.wait_for(board.finish_update.remote(3, "v3"), 60)
+        versions = set(await asyncio.wait_for(gathered, 120))
+        return first, versions, await fence.end("t")
+    assert run(go()) == ((0, ""), {(3, "v3")}, TurnEnd(1, (3, "v3")))
