@@ -364,12 +364,10 @@ def update_fleet(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
             _drop_staged(controls)
             resume_all(controls, _resume_quietly)
             raise
-    try:
-        return _switch_and_resume(controls, checkpoint, previous, mode, publish, t0,
-                                  transfer_s)
-    finally:
-        if incoming is not None:
-            _drop_staged(controls)
+    # the staged copy goes before the engines resume (a Dynamo worker takes it only paused)
+    drop = (lambda: _drop_staged(controls)) if incoming is not None else (lambda: None)
+    return _switch_and_resume(controls, checkpoint, previous, mode, publish, t0, transfer_s,
+                              drop)
 
 
 def _receive_all(controls: list[EngineControl], incoming: Incoming) -> float:
@@ -393,7 +391,7 @@ def _drop_staged(controls: list[EngineControl]) -> None:
 def _switch_and_resume(controls: list[EngineControl], checkpoint: PolicyCheckpoint,
                        previous: PolicyCheckpoint, mode: str,
                        publish: Callable[[PolicyCheckpoint], None], t0: float,
-                       transfer_s: float) -> UpdateTimes:
+                       transfer_s: float, before_resume: Callable[[], None]) -> UpdateTimes:
     t1 = time.perf_counter()
     loaded: list[EngineControl] = []
     try:
@@ -406,14 +404,17 @@ def _switch_and_resume(controls: list[EngineControl], checkpoint: PolicyCheckpoi
             _go_back(controls, loaded, previous, mode, publish)
             check_versions(controls, previous)
         except Exception as back:  # noqa: BLE001 - named in FleetBroken
+            before_resume()
             raise FleetBroken(
                 f"update to {checkpoint.label} failed ({exc}), and going back to "
                 f"{previous.label} failed too ({back}); the engines stay paused, reporting "
                 f"{versions(controls)}") from None
+        before_resume()
         _resume_or_break(controls, previous)
         raise PolicyUpdateError(f"update to version {checkpoint.version} failed, every engine "
                                 f"serves the previous weights ({previous.label}) again: "
                                 f"{type(exc).__name__}: {exc}") from exc
+    before_resume()
     t2 = time.perf_counter()
     _resume_or_break(controls, checkpoint)
     return UpdateTimes(t1 - t0 - transfer_s, weights_s, invalidate_s,

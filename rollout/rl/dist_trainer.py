@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     replay, served = SessionLogprobs(model_dir), served_dtypes(model_dir)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     steps = []
+    if rank == 0:
+        print(f"trainer: {world} ranks attached to {args.service!r} at policy version "
+              f"{status['policy_version']}; the service holds {status['rss_mib']:.0f} MiB",
+              flush=True)
     for step in range(args.steps):
         row = _step(step, client, model, optimizer, replay, served, is_clip,
                     groups, world)
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
             _keep(args.keep_versions, row["policy_version"], model_dir,
                   checkpoint_tensors(model.state_dict(), served))
         if rank == 0:
+            row["service_rss_at_attach_mib"] = round(status["rss_mib"], 1)
             steps.append(row)
             print(f"step {step:3d}  reward {row['reward_mean']:.3f}  ({row['sessions']} "
                   f"sessions, versions {row['sampled_versions']})  ratio "
@@ -123,13 +128,16 @@ def _step(step: int, client: RolloutClient, model: Any, optimizer: Any, replay: 
     dist.all_reduce(totals)
     versions = [None] * world
     dist.all_gather_object(versions, sorted({v for g in taken for v in g.versions}))
-    return {"step": step, "policy_version": client.status()["policy_version"],
+    status = client.status()
+    return {"step": step, "policy_version": status["policy_version"],
             "reward_mean": float(totals[0] / max(1.0, float(totals[1]))),
             "sessions": int(totals[1]), "sessions_trained": int(totals[2]),
             "sampled_versions": sorted({v for vs in versions for v in vs}),
             **ratios.summary(), "wait_s": round(waited, 2), "train_s": round(trained, 2),
             "push_s": round(push_s, 3), "transfer_s": round(times["transfer_s"], 3),
-            "update_s": round(times["total_s"], 3), "sent_bytes": times["sent_bytes"]}
+            "update_s": round(times["total_s"], 3), "sent_bytes": times["sent_bytes"],
+            "service_rss_mib": round(status["rss_mib"], 1),
+            "service_peak_rss_mib": round(status["peak_rss_mib"], 1)}
 
 
 def _keep(root: Path, version: int, model_dir: Path, tensors: dict[str, Any]) -> None:

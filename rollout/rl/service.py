@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import resource
 import signal
 import sys
 import threading
@@ -68,13 +70,16 @@ class RolloutService:
 
     def __init__(self, overrides: list[str], run_dir: str, groups_per_step: int = 4,
                  ahead: int | None = None) -> None:
+        import torch.distributed  # noqa: F401 - loaded once now, not by the first push
+
         from rollout.rl.loop import Rollouts
 
         self.rollouts = Rollouts(overrides, groups_per_step, ahead, Path(run_dir))
         self.rollouts.__enter__()
         self.lock = threading.Lock()
         self.push: WeightPush | None = None
-        self.stopped = False
+        self.stopping = threading.Lock()
+        self.stopped = False  # once the dataset is written and the fleet is down
 
     def next_groups(self, n: int, timeout_s: float | None = None) -> list[Any]:
         return self.rollouts.next_groups(n, timeout_s)
@@ -139,14 +144,24 @@ class RolloutService:
                 "trainer": OmegaConf.to_container(r.cfg.trainer),
                 "logprobs": r.groups_cfg["serving"].logprobs,
                 "group_stats": r.group_stats.as_dict(), "broken": r.cluster.broken,
-                "stopped": self.stopped}
+                "stopped": self.stopped, **memory()}
 
     def stop(self) -> str:
-        """Sessions in flight end, the dataset is written, the fleet stops; the run folder."""
-        if not self.stopped:
-            self.stopped = True
-            self.rollouts.__exit__(None, None, None)
+        """Sessions in flight end, the dataset is written, the fleet stops; the run folder
+        (a second call waits for the first)."""
+        with self.stopping:
+            if not self.stopped:
+                self.rollouts.__exit__(None, None, None)
+                self.stopped = True
         return str(self.rollouts.run.path)
+
+
+def memory() -> dict[str, float]:
+    """This process's resident memory now and at its peak, MiB (the service holds no weights:
+    neither grows with the model's size)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return {"rss_mib": pages * os.sysconf("SC_PAGE_SIZE") / 2**20,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 class RolloutClient:

@@ -333,3 +333,93 @@ def test_a_prefill_worker_pauses_before_its_decode_worker_and_resumes_after_it(m
     assert sorted(seen[3:5]) == ["decode0 resume", "decode1 resume"]
     assert seen[5:] == ["prefill0 resume"]
     assert modes == {"prefill0": "wait", "decode0": mode, "decode1": mode}
+
+
+# -- weights from a trainer's ranks -----------------------------------------------------------
+
+W2 = PolicyCheckpoint(2, "", "c" * 64)  # came over the wire: no folder
+
+
+class Receiver(Engine):
+    """An engine of the fleet's weight transfer: `load` is the control's own (a folder reloads,
+    weights that came from ranks apply what `receive` staged); `transfer` is what reached it."""
+
+    def __init__(self, name, fail=()):
+        super().__init__(name, fail)
+        self.staged = ""
+
+    load = EngineControl.load
+
+    def reload(self, checkpoint):
+        self.loaded = checkpoint.label
+        self._step("reload", checkpoint.version)
+
+    def transfer(self, update_info):
+        action = update_info["action"]
+        if action == "receive":
+            self.ranks = (update_info["engine_rank"], update_info["rendezvous"]["engines"])
+            self._step("receive")
+            self.staged = update_info["plan"]["digest"]
+        elif action == "apply":
+            self._step("apply")
+            if update_info["digest"] != self.staged:
+                raise PolicyUpdateError(f"engine {self.name}: {update_info['digest'][:4]} "
+                                        "is not staged")
+        else:
+            self._step("drop")
+            self.staged = ""
+
+
+class Plan:
+    """The one thing the policy's code reads of a plan: its dict."""
+
+    def __init__(self, digest):
+        self.digest = digest
+
+    def as_dict(self):
+        return {"digest": self.digest}
+
+
+def _incoming(told):
+    from serving.weight_transfer import Rendezvous
+
+    return policy.Incoming(Plan(W2.digest), Rendezvous("127.0.0.1", 1, "k", 2),
+                           lambda: told.append("told"))
+
+
+def test_weights_from_ranks_are_received_everywhere_before_any_engine_loads_them():
+    engines, told = [Receiver("prefill0"), Receiver("decode0")], []
+    times = update_fleet(engines, W2, V1, "abort", incoming=_incoming(told))
+    for e in engines:
+        assert e.steps == ["pause:abort", "receive", "apply", "invalidate", "drop", "resume"]
+        assert e.version() == W2.label
+    assert told == ["told"]  # the ranks were told to send once
+    assert sorted(e.ranks for e in engines) == [(0, 2), (1, 2)]  # one rank each in the groups
+    assert times.transfer_s > 0 and times.total_s >= times.transfer_s
+
+
+def test_a_transfer_that_fails_on_one_engine_loads_nothing_anywhere_and_serves_on():
+    ok, bad = Receiver("agg0"), Receiver("agg1", fail={("receive", None)})
+    with pytest.raises(PolicyUpdateError, match="agg1: receive failed"):
+        update_fleet([ok, bad], W2, V1, "wait", incoming=_incoming([]))
+    for e in (ok, bad):  # nothing applied, the staged copies dropped, both resumed
+        assert "apply" not in e.steps and e.steps[-2:] == ["drop", "resume"]
+        assert e.version() == "0:served"
+
+
+def test_a_failed_apply_goes_back_to_a_folder_and_serves_on():
+    ok, bad = Receiver("agg0"), Receiver("agg1", fail={("apply", None)})
+    with pytest.raises(PolicyUpdateError, match="serves the previous weights") as err:
+        update_fleet([ok, bad], W2, V1, "wait", incoming=_incoming([]))
+    assert not isinstance(err.value, FleetBroken)
+    for e in (ok, bad):
+        assert e.steps[-4:] == ["reload:1", "invalidate", "drop", "resume"]
+
+
+def test_going_back_to_weights_that_came_from_ranks_is_a_broken_fleet():
+    """No engine holds the previous version's weights when they came over the wire."""
+    previous = PolicyCheckpoint(1, "", "d" * 64)
+    engines = [Receiver("agg0"), Receiver("agg1", fail={("apply", None)})]
+    with pytest.raises(FleetBroken, match="going back to 1:d+ failed too.*is not staged"):
+        update_fleet(engines, W2, previous, "wait", incoming=_incoming([]))
+    assert all("resume" not in e.steps and e.steps[-1] == "drop" for e in engines)
