@@ -9,11 +9,14 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 (6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
 kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). The default, 34 (issue 51): at H > 16 variant 29's
-64-head kernel (a leaner producer decode, Q and the output in its dim order) above 2 tiles a
-split, else variant 5's; at H <= 16 variant 27 (round 11): with more than 8 tiles a
-split, two consumer groups on alternate tiles, each waiting after every wgmma batch for the one
-before (so that both fit 224 registers with no serialized wgmma; variant 24), else one group (16);
+(kernels/README.md, "The CUDA kernel"). The default, 43 (issue 51, round 2): at H > 16 variant
+29's 64-head kernel (a leaner producer decode, Q and the output in its dim order) with Q K^T's
+k-steps in a run-time loop (36), Q copied by cp.async and the output stored through shared memory
+(38), and a producer that asks memory for Q and tile 0 first and issues its index loads early
+(41, 42), above 2 tiles a split, else variant 5's; at H <= 16 variant 27 (round 11): with more
+than 8 tiles a split, two consumer groups on alternate tiles, each waiting after every wgmma
+batch for the one before (so that both fit 224 registers with no serialized wgmma; variant 24),
+else one group (16);
 at 2 splits the two splits of a query run as a cluster of two CTAs that merge their partials
 through distributed shared memory, and 3-4 splits are merged by a CUDA combine kernel that the same
 call launches with programmatic dependent launch (26: that kernel at 2 splits too). Same interface,
@@ -100,15 +103,30 @@ VARIANTS = {
     35: "H > 16: 33 with Q K^T's 36 k-steps as a run-time loop over 9 blocks of 4 (unrolled, ptxas "
     "kept all 72 descriptors in registers across the tile loop and spilled group 1); few heads: 27",
     36: "H > 16: 29 with 35's k-step loop; few heads: 27",
+    37: "H > 16: 36 above 2 tiles a split, else 5; few heads: 27",
+    38: "H > 16: 37 with compact ends: Q copied by cp.async in rolled loops (no 18 unrolled "
+    "chunks), the output staged in shared memory as bf16 and stored 16 bytes at a time; few "
+    "heads: 27",
+    39: "H > 16: 38's kernel at every split count, writing its ends' clocks into a buffer passed "
+    "as counters (kernels/probe_pieces.py; none without one); few heads: 27",
+    40: "H > 16: 38 with group 1 issuing the next tile's Q K^T right behind its P V (as 3); few "
+    "heads: 27",
+    41: "H > 16: 38 with the producer asking for tile 1's rows and tile 2's L2 prefetch only once "
+    "group 1 has Q (the start's memory traffic is Q and tile 0); few heads: 27",
+    42: "H > 16: 38 with the split's indices prefetched into L2 at the start and each tile's index "
+    "load issued behind the row loads (not inside the decode, before the hand-over's release "
+    "fence); few heads: 27",
+    43: "H > 16: 38 with 41's and 42's producer; few heads: 27",
+    44: "H > 16: 43's kernel at every split count with 39's clocks; few heads: 27",
 }
-DEFAULT_VARIANT = 34
+DEFAULT_VARIANT = 43
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
-FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 37)), 1)
+FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 45)), 1)
 FUSED_VARIANTS = {14}  # few heads: the last split merges (csrc's merge_splits_last)
 # few heads: the decode call merges its splits itself (csrc's combine kernel; 27, 28 at 2 splits:
 # the cluster), up to this many
-CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 37), 4)
+CUDA_COMBINE_VARIANTS = dict.fromkeys(range(21, 26), 1 << 30) | dict.fromkeys(range(26, 45), 4)
 # Splits the last one merges; more go to the combine kernel. The kernel takes up to 512
 # (csrc's kMergeMaxSplits), but one CTA reading many partials is slow (round 9: H16 B1 at 16
 # splits 36.0 us fused vs 17.4 with the combine kernel; H16 B64 at 4 splits 65.9 vs 60.5).

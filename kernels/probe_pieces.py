@@ -43,6 +43,32 @@ def timed_us(fn) -> float:
     return do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def flushed_us(fn, dirty: bool, reps: int = 50) -> float:
+    """Median us of fn's graph replay after flushing L2 by writing 256 MB (dirty=True, as
+    do_bench does: the L2 is left full of dirty lines, which each miss of fn must write back) or
+    by reading them (clean lines). Events around each replay; the same loop for both."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    buf = torch.empty(64 << 20, dtype=torch.int32, device="cuda")
+    times = []
+    for i in range(reps + 5):
+        if dirty:
+            buf.zero_()
+        else:
+            buf.sum()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        if i >= 5:
+            times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 def profiled(fn, reps: int = 20) -> dict:
     """Kernel durations (us) and the gap between consecutive kernels of one graph replay, from
     the profiler (median over `reps` replays, L2 flushed before each as in timed_us)."""
@@ -151,9 +177,28 @@ WAITS64 = {
 }
 
 
-def stamped64(ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10) -> dict:
+STAMP_ENDS_VARIANTS = (39, 44)  # csrc's StampEnds: when the 64-head kernel reaches its ends
+# slot -> name (from the CTA's start): the producer's tile 0 handed over, Q in shared memory, tile
+# 0 seen by group 1, group 1's loop done, group 1's half of the output staged (group 2 at the
+# barrier: its loop done too), both halves staged, the producer's loop done (the end clock: group
+# 1's stores issued)
+ENDS64 = {
+    4: "tile0_decoded_at",
+    10: "q_ready_at",
+    11: "tile0_in_at",
+    7: "g1_loop_done_at",
+    2: "g2_loop_done_at",
+    3: "staged_at",
+    12: "producer_done_at",
+}
+
+
+def stamped64(
+    ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10, names: dict = WAITS64
+) -> dict:
     """Variants 31, 32 (H > 16): each role's summed wait and work clocks per CTA (us; median over
-    CTAs, then over runs; L2 flushed before each run), and the CTA's start-to-end time."""
+    CTAs, then over runs; L2 flushed before each run), and the CTA's start-to-end time; with
+    names=ENDS64 (variant 39), when each end of the kernel is reached."""
     dev = args[0].device
     buf = torch.zeros(bsz * nsplit * 32, dtype=torch.int32, device=dev)
     flush = torch.empty(256 << 20, dtype=torch.int8, device=dev)
@@ -171,7 +216,7 @@ def stamped64(ext, args: tuple, bsz: int, nsplit: int, v: int, runs: int = 10) -
         st = buf.view(torch.int64).view(-1, 16).cpu().double()
         ghz = med(((st[:, 9] - st[:, 1]) / (st[:, 8] - st[:, 0])).tolist())
         r = {"ghz": ghz, "cta_us": med(((st[:, 9] - st[:, 1]) / ghz / 1e3).tolist())}
-        for i, name in WAITS64.items():
+        for i, name in names.items():
             x = st[:, i] - (st[:, 1] if name.endswith("_at") else 0)
             r[name] = med((x / ghz / 1e3).tolist())
         r["span"] = (st[:, 8].max() - st[:, 0].min()).item() / 1e3
@@ -215,6 +260,8 @@ def probe_variant(q, cache, idx, v: int, sms: int) -> dict:
         "kernel_us": timed_us(kernel),
         "combine_us": timed_us(combine),
         "kernel_plus_combine_us": timed_us(lambda: (kernel(), combine())),
+        "full_dirty_flush_us": flushed_us(full, dirty=True),
+        "full_clean_flush_us": flushed_us(full, dirty=False),
     }
     sweep = {}
     for tiles in (1, 2, 4, 8, 16):  # per CTA, at the same nsplit CTAs per query
@@ -228,6 +275,10 @@ def probe_variant(q, cache, idx, v: int, sms: int) -> dict:
         r["stamps_us"] = stamped(ext, args, bsz, nsplit, v)
     if v in STAMP64_VARIANTS and heads > 16:
         r["waits_us"] = stamped64(ext, args, bsz, nsplit, v)
+    if v in STAMP_ENDS_VARIANTS and heads > 16:
+        r["waits_us"] = stamped64(ext, args, bsz, nsplit, v, names=ENDS64)
+        one = (q, cache, idx[:, :64].contiguous(), opart, lpart, out, lse, qk_scale, 64, nsplit)
+        r["waits_us_1tile"] = stamped64(ext, one, bsz, nsplit, v, names=ENDS64)
     try:
         r["profile"] = profiled(full)
     except Exception as e:  # the timings above stand without it
@@ -270,9 +321,12 @@ def main() -> None:
             f" {r['combine_us']:7.1f} {r['kernel_plus_combine_us']:5.1f} {r['fixed_us']:6.1f}"
             f" {r['per_tile_us']:9.2f} {r['kernel_all_padding_us']:7.1f} | {prs}"
         )
-        if "waits_us" in r:
-            print(f"    v{v} per CTA, us (sums over tiles; _at: from the CTA's start):", {
-                k: round(x, 2) for k, x in r["waits_us"].items()})  # fmt: skip
+        print(f"    v{v} full call after a dirty / clean L2 flush: {r['full_dirty_flush_us']:.1f}"
+              f" / {r['full_clean_flush_us']:.1f} us")  # fmt: skip
+        for key in ("waits_us", "waits_us_1tile"):
+            if key in r:
+                print(f"    v{v} {key} per CTA, us (sums over tiles; _at: from the CTA's start):", {
+                    k: round(x, 2) for k, x in r[key].items()})  # fmt: skip
         if "stamps_us" in r:
             print(f"    v{v} phases, us from a CTA's start:", {
                 k: round(x, 2) for k, x in r["stamps_us"].items()})  # fmt: skip

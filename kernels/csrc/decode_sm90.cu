@@ -68,8 +68,9 @@ constexpr int kOffKV = kOffQ + kTileBytes;        // two stages
 constexpr int kOffP = kOffKV + 2 * kTileBytes;    // P [64 heads, 64 rows] fp16
 constexpr int kOffRed = kOffP + kBlockBytes;      // float [2][64]: row maxima, then row sums
 constexpr int kOffValid = kOffRed + 2 * 64 * 4;   // uint8 [2][64]: row valid, per stage
-constexpr int kOffBar = kOffValid + 2 * 64;       // mbarriers: full[2], empty[2]
-constexpr int kSmem = kOffBar + 4 * 8 + 1024;     // + slack to align the base to 1024
+constexpr int kOffBar = kOffValid + 2 * 64;       // mbarriers: full[2], empty[2], Q in (38-44)
+constexpr int kSmem = kOffBar + 5 * 8 + 1024;     // + slack to align the base to 1024
+constexpr int kBarQIn = 4;                        // kOffBar's fifth: group 1 has Q (variants 38-44)
 constexpr int kProducerRegs = 88;
 constexpr int kConsumerRegs = 208;  // setmaxnreg moves registers within the launch's
 // 168 x 384: 128 x 88 + 256 x 208 = 64512 (asking for more than that pool waits forever)
@@ -577,13 +578,27 @@ enum Stamp64 {
   kS64G2Decode = 14, kS64G2WaitEmpty = 15,
 };
 
+// Variants 39, 44: stamps (kernels/probe_pieces.py ENDS64): when each end of the kernel is reached.
+enum StampEnds {
+  kSEG1Staged = 2, kSEBothStaged = 3, kSETile0Decoded = 4, kSEG1LoopDone = 7, kSEQReady = 10,
+  kSETile0In = 11, kSEProducerDone = 12,
+};
+
 // Variants 29-31, warp group 0: variant 5's producer (rows a tile ahead in registers, loaded right
 // after each hand-over; the tile after next prefetched into L2) with decode_chunk_lean. kG2
 // (variant 30): this group decodes the latent dims 0..255 and the rope only; warp group 2
 // (consumer_pv<.., true>) decodes dims 256..511 of the same tile (each thread the same row and
 // half as here), so that the producer's work per tile drops by ~45%. Then each thread loads both
 // of its row's first 16 scale bytes (no shuffle) and holds 7 chunks instead of 11.
-template <bool kG2, bool kStamp>
+// kQFirst (variants 41, 43, 44; issue 51 round 2): at the start only Q (72 KB a CTA) and tile 0's
+// rows are asked of memory; tile 1's rows and the L2 prefetch of tile 2 wait until group 1 has Q
+// (mbarrier kBarQIn), so that the start's traffic, which an L2 full of dirty lines makes slow,
+// is what the first Q K^T needs. kIdxEarly (42-44): the whole split's indices are prefetched into
+// L2 at the start, and each tile's index load is issued right behind the row loads (ptxas sank
+// it into the decode, where the release fence before the hand-over then waited for it: a DRAM
+// latency a tile). kStampEnds: when tile 0 was handed over and when the loop ended (StampEnds).
+template <bool kG2, bool kStamp, bool kQFirst = false, bool kIdxEarly = false,
+          bool kStampEnds = false>
 __device__ void producer_lean(const DecodeParams& p, uint8_t* smem, int b, int t0, int t1,
                               int ntiles) {
   constexpr int kN = kG2 ? 7 : 11;  // latent chunks i < 4 (kG2) or 8, rope i = 8, 9, scales
@@ -592,11 +607,18 @@ __device__ void producer_lean(const DecodeParams& p, uint8_t* smem, int b, int t
   const int32_t* idx = p.idx + b * p.stride_ib;
   auto slot_of = [&](int k) {
     const int t = t0 + k * kTile + r;
-    return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+    if (!kIdxEarly) return k < ntiles && t < t1 ? __ldg(idx + t) : -1;
+    int v = -1;  // an asm load stays where it is written (after the row loads)
+    if (k < ntiles && t < t1) asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(idx + t));
+    return v;
   };
   auto row_of = [&](int slot) {
     return reinterpret_cast<const uint4*>(p.cache + static_cast<int64_t>(slot) * kRowBytes);
   };
+  if (kIdxEarly) {  // the split's indices into L2: one 128-byte line a thread
+    const int t = t0 + 32 * tid;
+    if (t < t1) prefetch_l2(idx + t);
+  }
   // 16-byte chunk (of the row's 22) held in buf[n]
   auto chunk = [&](int n) {
     if (!kG2) return 2 * n + h;
@@ -615,13 +637,15 @@ __device__ void producer_lean(const DecodeParams& p, uint8_t* smem, int b, int t
     const int st = k & 1, phase = (k >> 1) & 1;
     const bool next_valid = slot >= 0;
     const uint4* next = row_of(slot);
-    if (slot2 >= 0) {  // every 128-byte line of the 352-byte row holds one of these 4 bytes
-      const uint8_t* row = p.cache + static_cast<int64_t>(slot2) * kRowBytes;
+    auto prefetch_rows = [&](int s2) {  // every 128-byte line of the 352-byte row holds one of
+      if (s2 < 0) return;               // these 4 bytes
+      const uint8_t* row = p.cache + static_cast<int64_t>(s2) * kRowBytes;
       prefetch_l2(row + (h ? 256 : 0));
       prefetch_l2(row + (h ? kRowBytes - 1 : 128));
-    }
+    };
+    if (!kQFirst || k > 0) prefetch_rows(slot2);
     slot = slot2;
-    slot2 = slot_of(k + 3);
+    if (!kIdxEarly) slot2 = slot_of(k + 3);
     long long c0 = 0, c1 = 0;
     if (kStamp) c0 = clock64();
     mbar_wait(base + kOffBar + (2 + st) * 8, phase ^ 1);  // stage free
@@ -655,13 +679,20 @@ __device__ void producer_lean(const DecodeParams& p, uint8_t* smem, int b, int t
       wait_empty += c1 - c0;
       decode += clock64() - c1;
     }
+    if (kStampEnds && tid == 0 && k == 0) stamp<kStampEnds>(p, kSETile0Decoded, clock64());
+    if (kQFirst && k == 0) {  // the rest of the traffic once group 1 has Q
+      mbar_wait(base + kOffBar + kBarQIn * 8, 0);
+      prefetch_rows(slot);  // tile 2
+    }
     // The arrive's release (a MEMBAR) lets later loads move above it, where it would wait for
     // them: an acquire fence keeps them below (variant 5).
     asm volatile("fence.acq_rel.cta;\n" ::: "memory");
 #pragma unroll
     for (int n = 0; n < kN; ++n) buf[n] = ld_nc_or_zero(next + chunk(n), next_valid);
     valid = next_valid;
+    if (kIdxEarly) slot2 = slot_of(k + 3);
   }
+  if (kStampEnds && tid == 0) stamp<kStampEnds>(p, kSEProducerDone, clock64());
   if (kStamp && tid == 0) {
     stamp<kStamp>(p, kS64ProdWaitEmpty, wait_empty);
     stamp<kStamp>(p, kS64ProdDecode, decode);
@@ -811,6 +842,136 @@ __device__ __forceinline__ void store_out(const DecodeParams& p, const float (&o
         p.lse[b * p.heads + head] = lse2 * 0.6931471805599453f;
       else
         p.lpart[part + head] = lse2;
+    }
+  }
+}
+
+// ---- Compact ends (variants 38, 39; issue 51, round 2) ----
+// The 64-head kernel's fixed cost (~22 us of a 105 us call at H64 B128; its clocks put Q ready at
+// 15 us and G1's epilogue at 7 us) is spent in straight-line code that runs once: load_q's 18
+// unrolled chunks (~27 KB of SASS per group) and store_out's 64 branchy 4-byte stores (~17 KB).
+// These versions are short loops: Q is copied by cp.async straight into its swizzled place (no
+// registers held across the maximum), and the output goes through shared memory as bf16 and out
+// in 16-byte coalesced stores.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+// load_q's result (fp16 Q x 2**k in the swizzled layout, kPerm's dim order; returns the score
+// scale) from three rolled passes over each thread's 18 chunks: copy, maximum, convert in place.
+template <bool kPerm>
+__device__ float load_q_async(const DecodeParams& p, uint8_t* smem, int b, int h0, int ct) {
+  float* red = reinterpret_cast<float*>(smem + kOffRed);
+  const uint16_t* qb = p.q + b * p.stride_qb;
+  const uint32_t q_addr = smem_u32(smem + kOffQ);
+  auto addr_of = [&](int i) {  // chunk i of this thread: 64 rows x 72 chunks, 256 threads
+    const int id = ct + 256 * i, row = id / 72, cc = id % 72;
+    return q_addr + (cc >> 3) * kBlockBytes + swz(row, cc & 7);
+  };
+#pragma unroll 1
+  for (int i = 0; i < 18; ++i) {
+    const int id = ct + 256 * i, row = id / 72, cc = id % 72;
+    const bool ok = h0 + row < p.heads;  // padding heads: zeros (no bytes read)
+    cp_async16(addr_of(i), qb + (ok ? h0 + row : h0) * p.stride_qh + 8 * cc, ok);
+  }
+  cp_async_wait_all();
+  float qmax = 0.f;
+#pragma unroll 1
+  for (int i = 0; i < 18; ++i) {
+    const uint4 v = ld_smem(addr_of(i));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t x = word(v, j);
+      qmax = fmaxf(qmax, fmaxf(fabsf(__uint_as_float(x << 16)),
+                               fabsf(__uint_as_float(x & 0xFFFF0000u))));
+    }
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, d));
+  if ((ct & 31) == 0) red[ct >> 5] = qmax;
+  consumer_sync();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) qmax = fmaxf(qmax, red[i]);
+  int e;
+  frexpf(qmax, &e);  // qmax < 2**e
+  const float up = ldexpf(1.f, 14 - e);
+#pragma unroll 1
+  for (int i = 0; i < 18; ++i) {
+    const int cc = (ct + 256 * i) % 72;
+    const uint32_t addr = addr_of(i);
+    const uint4 qv = ld_smem(addr);
+    auto lo = [&](int j) { return __uint_as_float(word(qv, j) << 16) * up; };
+    auto hi = [&](int j) { return __uint_as_float(word(qv, j) & 0xFFFF0000u) * up; };
+    uint4 v;
+    if (kPerm && cc < 64) {  // as load_q: word j's dims (2j, 2j+1) -> words (0, 2), (4, 6), ..
+      v = make_uint4(pack_half2(lo(0), lo(1)), pack_half2(lo(2), lo(3)),
+                     pack_half2(hi(0), hi(1)), pack_half2(hi(2), hi(3)));
+    } else {
+      v = make_uint4(pack_half2(lo(0), hi(0)), pack_half2(lo(1), hi(1)),
+                     pack_half2(lo(2), hi(2)), pack_half2(lo(3), hi(3)));
+    }
+    st_smem(addr, v);
+  }
+  fence_async_smem();
+  consumer_sync();  // Q complete; red free again
+  return p.qk_scale / up;
+}
+
+// The staged output: bf16 [64 heads][kOutStride bytes] in Q's region (free once the last Q K^T
+// has completed); 16 bytes of padding a head, so that the 8 heads of a warp's stores fall in
+// different banks.
+constexpr int kOutStride = 1040;
+static_assert(kHeads * kOutStride <= kTileBytes, "the staged output fits Q's region");
+// out rows 16-byte aligned: the staged path's stores; else store_out's 4-byte ones
+__device__ __forceinline__ bool out_rows_aligned(const DecodeParams& p) {
+  return ((reinterpret_cast<uintptr_t>(p.out) | static_cast<uintptr_t>(p.stride_ob * 2) |
+           static_cast<uintptr_t>(p.stride_oh * 2)) & 15) == 0;
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// This thread's O fragment / l (heads r0, r1; columns 8 j + 2 c4 + e of dims 256 w ..) into the
+// staging, each value at its dim (kPerm: column 8 j + q holds dim 8 j + [0 2 4 6 1 3 5 7][q]).
+template <bool kPerm>
+__device__ __forceinline__ void stage_out(uint8_t* smem, const float (&o)[128],
+                                          const float (&lt)[2], int r0, int r1, int w, int c4) {
+  const uint32_t st = smem_u32(smem + kOffQ) + 512 * w;
+  const int d0 = kPerm ? (c4 < 2 ? 4 * c4 : 4 * c4 - 7) : 2 * c4;  // the pair's first dim
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float inv = lt[half] > 0.f ? 1.f / lt[half] : 0.f;
+    const uint32_t row = st + (half ? r1 : r0) * kOutStride + 2 * d0;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t v = pack_bf16x2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+      if (kPerm) {  // dims d0, d0 + 2
+        st_smem_u16(row + 16 * j, static_cast<uint16_t>(v));
+        st_smem_u16(row + 16 * j + 4, static_cast<uint16_t>(v >> 16));
+      } else {
+        st_smem(row + 16 * j, v);
+      }
+    }
+  }
+}
+// The staged [64, 512] bf16 to out (heads h0 ..), 16 bytes a store, by the 256 consumer threads.
+__device__ __forceinline__ void store_staged(const DecodeParams& p, const uint8_t* smem, int b,
+                                             int h0, int ct) {
+  const uint32_t st = smem_u32(smem + kOffQ);
+#pragma unroll 4
+  for (int i = 0; i < 16; ++i) {  // 64 heads x 64 chunks
+    const int id = ct + 256 * i, row = id >> 6, c = id & 63;
+    if (h0 + row < p.heads) {
+      const uint4 v = ld_smem(st + row * kOutStride + 16 * c);
+      const uint16_t* dst = p.out + b * p.stride_ob + static_cast<int64_t>(h0 + row) * p.stride_oh;
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 8 * c), "r"(v.x),
+                   "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
     }
   }
 }
@@ -1009,8 +1170,9 @@ __device__ __forceinline__ void softmax_lazy(float (&s)[32], const uint8_t* vali
 
 // kPerm, kStamp: variants 29-31 (load_q / store_out in decode_chunk_lean's dim order; variant
 // 31's stamps). kSoft: variant 33's softmax (softmax_lazy). kLoopK: variants 35, 36 (issue_qk64).
+// kEnds: variants 38, 39 (load_q_async, the staged output); kStampEnds: 39's stamps (StampEnds).
 template <bool kEarly, bool kPerm = false, bool kStamp = false, bool kSoft = false,
-          bool kLoopK = false>
+          bool kLoopK = false, bool kEnds = false, bool kStampEnds = false>
 __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 0..127
@@ -1021,7 +1183,10 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   const uint32_t p_addr = base + kOffP, kv_addr = base + kOffKV;
   const uint32_t full = base + kOffBar, empty = base + kOffBar + 16;
   float* red = reinterpret_cast<float*>(smem + kOffRed);  // [0, 64): rescale, [64, 128): sums
-  const float qk = load_q<kPerm>(p, smem, b, h0, ct);
+  const float qk =
+      kEnds ? load_q_async<kPerm>(p, smem, b, h0, ct) : load_q<kPerm>(p, smem, b, h0, ct);
+  if (kEnds && ct == 0) mbar_arrive(base + kOffBar + kBarQIn * 8);  // for kQFirst's producer
+  if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSEQReady, clock64());
   long long t_full = 0, t_qk = 0, t_soft = 0, t_pv = 0, t_pfree = 0, c0 = 0;
   auto clk = [&]() { return kStamp ? clock64() : 0ll; };
   if (kStamp && ct == 0) stamp<kStamp>(p, kS64G1QReady, clock64());
@@ -1062,6 +1227,7 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
 
   mbar_wait(full, 0);
   if (kStamp && ct == 0) stamp<kStamp>(p, kS64StartClk + 10, clock64());  // slot 11: tile 0 in
+  if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSETile0In, clock64());
   issue_qk64(0);
   wgmma_wait<0>();
   for (int k = 0; k < ntiles; ++k) {
@@ -1178,6 +1344,7 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
       }
     }
   }
+  if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSEG1LoopDone, clock64());
   if (kStamp && ct == 0) {
     stamp<kStamp>(p, kS64G1LoopDone, clock64());
     stamp<kStamp>(p, kS64G1WaitFull, t_full);
@@ -1196,9 +1363,31 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
     red[64 + r0] = l0;
     red[64 + r1] = l1;
   }
-  consumer_sync();  // the row sums, for group 2
   const float lt[2] = {l0, l1};
   const float mt[2] = {m0, m1};
+  if (kEnds && p.nsplit == 1 && out_rows_aligned(p)) {
+    stage_out<kPerm>(smem, o, lt, r0, r1, 0, c4);
+    if (c4 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int head = h0 + (half ? r1 : r0);
+        if (head < p.heads)
+          p.lse[b * p.heads + head] =
+              lt[half] > 0.f ? (mt[half] + log2f(lt[half])) * 0.6931471805599453f : -kInf;
+      }
+    }
+    consumer_sync();  // the row sums, for group 2
+    if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSEG1Staged, clock64());
+    consumer_sync();  // group 2's half staged
+    if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSEBothStaged, clock64());
+    store_staged(p, smem, b, h0, ct);
+    if (kStampEnds && ct == 0) {
+      stamp<kStampEnds>(p, kS64EndNs, global_ns());
+      stamp<kStampEnds>(p, kS64EndClk, clock64());
+    }
+    return;
+  }
+  consumer_sync();  // the row sums, for group 2
   store_out<kPerm>(p, o, lt, mt, b, split, h0, r0, r1, 0, c4);
   if (kStamp && ct == 0) {
     stamp<kStamp>(p, kS64EndNs, global_ns());
@@ -1212,8 +1401,9 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
 // the rest): tiles 0 and 1 before its loop, tile k + 2 into tile k's stage once both groups have
 // released it (right after its own P V of tile k, while group 1 runs tile k + 1's Q K^T and
 // softmax), each thread the same row and half of its 16-byte chunks as producer thread ct - 128,
-// its rows loaded a tile ahead. kPerm, kStamp, kSoft: as consumer_qk.
-template <bool kPerm = false, bool kG2 = false, bool kStamp = false, bool kSoft = false>
+// its rows loaded a tile ahead. kPerm, kStamp, kSoft, kEnds: as consumer_qk.
+template <bool kPerm = false, bool kG2 = false, bool kStamp = false, bool kSoft = false,
+          bool kEnds = false>
 __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 128..255
@@ -1263,6 +1453,8 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
     if (ntiles > 1) decode_rows(gb, 1);
     load_rows(ga, slot_next);
     slot_next = slot_of(3);
+  } else if (kEnds) {
+    load_q_async<kPerm>(p, smem, b, h0, ct);
   } else {
     load_q<kPerm>(p, smem, b, h0, ct);
   }
@@ -1316,6 +1508,12 @@ __device__ void consumer_pv(const DecodeParams& p, uint8_t* smem, int b, int spl
   consumer_sync();  // group 1's row sums
   const float lt[2] = {red[64 + r0], red[64 + r1]};
   const float mt[2] = {0.f, 0.f};  // only group 1 (w = 0) writes the log-sum-exps
+  if (kEnds && p.nsplit == 1 && out_rows_aligned(p)) {  // consumer_qk's staged path
+    stage_out<kPerm>(smem, o, lt, r0, r1, 1, c4);
+    consumer_sync();
+    store_staged(p, smem, b, h0, ct);
+    return;
+  }
   store_out<kPerm>(p, o, lt, mt, b, split, h0, r0, r1, 1, c4);
 }
 
@@ -2604,36 +2802,45 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
   // 29-33 (issue 51): the lean decode; 30, 32: group 2 decodes dims 256..511; 31, 32: stamps;
   // 33: softmax_lazy
   // 35 = 33, 36 = 29, each with Q K^T's k-steps in a run-time loop over 9 blocks (kLoopK)
-  constexpr bool kLean = kVariant >= 29 && kVariant <= 36 && kVariant != 34;
+  // 38 = 36 with the compact ends (load_q_async, the staged output), 39 = 38 with their stamps,
+  // 40 = 38 with group 1 issuing the next tile's Q K^T right behind its P V (kEarly, as 3);
+  // 41 = 38 + kQFirst, 42 = 38 + kIdxEarly, 43 = both (producer_lean), 44 = 43 with 39's stamps
+  constexpr bool kLean = kVariant >= 29 && kVariant <= 44 && kVariant != 34 && kVariant != 37;
   constexpr bool kSoft = kVariant == 33 || kVariant == 35;
-  constexpr bool kLoopK = kVariant == 35 || kVariant == 36;
+  constexpr bool kEnds = kVariant >= 38 && kVariant <= 44;
+  constexpr bool kQFirst = kVariant == 41 || kVariant == 43 || kVariant == 44;
+  constexpr bool kIdxEarly = kVariant >= 42 && kVariant <= 44;
+  constexpr bool kLoopK = kVariant == 35 || kVariant == 36 || kEnds;
   constexpr bool kG2 = kVariant == 30 || kVariant == 32;
   constexpr bool kStamp = kVariant == 31 || kVariant == 32;
-  if (kStamp && threadIdx.x == 0) {
-    stamp<kStamp>(p, kS64StartNs, global_ns());
-    stamp<kStamp>(p, kS64StartClk, clock64());
+  constexpr bool kStampEnds = kVariant == 39 || kVariant == 44;
+  if ((kStamp || kStampEnds) && threadIdx.x == 0) {
+    stamp<kStamp || kStampEnds>(p, kS64StartNs, global_ns());
+    stamp<kStamp || kStampEnds>(p, kS64StartClk, clock64());
   }
   if (threadIdx.x == 0) {
     mbar_init(bar, kG2 ? 256 : 128);  // full[2]: every producer thread arrives (kG2: + group 2's)
     mbar_init(bar + 8, kG2 ? 256 : 128);
     mbar_init(bar + 16, 8);  // empty[2]: every consumer warp
     mbar_init(bar + 24, 8);
+    mbar_init(bar + kBarQIn * 8, 1);  // Q in: group 1's thread 0
   }
   __syncthreads();
   if constexpr (kLean) {
     // kG2: the producer holds 7 chunks instead of 11 and group 2 decodes (88 + 240 + 176 = 504)
     if (threadIdx.x < 128) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kG2 ? 88 : kProducerRegs1));
-      producer_lean<kG2, kStamp>(p, smem, b, t0, t1, ntiles);
+      producer_lean<kG2, kStamp, kQFirst, kIdxEarly, kStampEnds>(p, smem, b, t0, t1, ntiles);
     } else if (threadIdx.x < 256) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
-      consumer_qk<false, true, kStamp, kSoft, kLoopK>(p, smem, b, split, hb, ntiles);
+      consumer_qk<kVariant == 40, true, kStamp, kSoft, kLoopK, kEnds, kStampEnds>(
+          p, smem, b, split, hb, ntiles);
     } else if constexpr (kG2) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(176));
       consumer_pv<true, true, kStamp>(p, smem, b, split, hb, ntiles);
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPvRegs));
-      consumer_pv<true, false, kStamp, kSoft>(p, smem, b, split, hb, ntiles);
+      consumer_pv<true, false, kStamp, kSoft, kEnds>(p, smem, b, split, hb, ntiles);
     }
   } else if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kVariant == 0 ? kProducerRegs
@@ -2757,11 +2964,37 @@ cudaError_t sparse_mla_decode_sm90(const DecodeParams& p, cudaStream_t stream) {
     case 33:
     case 34:
     case 35:
-    case 36: {
+    case 36:
+    // 37 (issue 51, round 2): 36 above 2 tiles a split, else 5; 38: 37 with 38's kernel (36 with
+    // the compact ends: Q by cp.async in rolled loops, the output staged in shared memory and
+    // stored 16 bytes at a time); 39: 38's kernel with the ends' stamps (kernels/probe_pieces.py);
+    // 40: 38 with group 1's next Q K^T issued right behind its P V; 41-43: 38 with the producer's
+    // kQFirst, kIdxEarly, both; 44: 43's kernel with 39's stamps
+    case 37:
+    case 38:
+    case 39:
+    case 40:
+    case 41:
+    case 42:
+    case 43:
+    case 44: {
       if (p.variant == 34 && p.heads > kFewHeads)
         return p.split_len > 2 * kTile ? launch<29>(p, stream) : launch<5>(p, stream);
+      if (p.variant != 39 && p.variant >= 37 && p.variant <= 43 && p.heads > kFewHeads) {
+        if (p.split_len <= 2 * kTile) return launch<5>(p, stream);
+        switch (p.variant) {
+          case 37: return launch<36>(p, stream);
+          case 38: return launch<38>(p, stream);
+          case 40: return launch<40>(p, stream);
+          case 41: return launch<41>(p, stream);
+          case 42: return launch<42>(p, stream);
+          default: return launch<43>(p, stream);
+        }
+      }
       if (p.heads > kFewHeads) {
         switch (p.variant) {
+          case 44: return launch<44>(p, stream);
+          case 39: return launch<39>(p, stream);
           case 29: return launch<29>(p, stream);
           case 33: return launch<33>(p, stream);
           case 35: return launch<35>(p, stream);

@@ -254,6 +254,30 @@ def test_cuda_zero_q_averages_rows(variant: int, gen: torch.Generator) -> None:
 
 @pytest.mark.gpu
 @sm90
+@pytest.mark.parametrize("variant", [36, 38, 39, 40, 43, 44], ids=lambda v: f"v{v}")
+@pytest.mark.parametrize("heads", [64, 72])
+def test_cuda_staged_output_matches_direct_stores(
+    variant: int, heads: int, gen: torch.Generator
+) -> None:
+    # Variants 38-44 stage the 64-head output in shared memory and store it 16 bytes at a time
+    # when out's rows are 16-byte aligned; rows 1032 bytes apart are not, and take the direct
+    # 4-byte stores of 36. Both paths must give the same bits, and neither may write the padding.
+    dev, pool, bsz, topk = gen.device, 4096, 3, 448
+    kv = heavy_tailed((pool, KV_DIM), gen)
+    cache = quantize_rows(kv, KVFormat.NVFP4).view(pool // 16, 16, -1)
+    q = logit_scaled_q(bsz, heads, kv, 1 / math.sqrt(192), gen)
+    idx = ragged_topk(bsz, topk, pool, gen)
+    aligned, lse = _cuda(1, variant)(q, cache, idx, 0.1)
+    padded = torch.full((bsz, heads, 516), float("nan"), dtype=torch.bfloat16, device=dev)
+    direct, lse2 = _cuda(1, variant)(q, cache, idx, 0.1, out=padded[..., :512])
+    assert torch.equal(aligned, direct) and torch.equal(lse, lse2)
+    assert padded[..., 512:].isnan().all()
+    ref, _ = sparse_mla_decode_ref(q, cache, idx, KVFormat.NVFP4, 0.1)
+    assert ((aligned[1:].float() - ref[1:]).norm() / ref[1:].norm()) < 1e-2
+
+
+@pytest.mark.gpu
+@sm90
 def test_cuda_fused_merge_leaves_its_counters_at_zero(
     gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
