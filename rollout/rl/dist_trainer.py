@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> None:
             _keep(args.keep_versions, row["policy_version"], model_dir,
                   checkpoint_tensors(model.state_dict(), served))
         if rank == 0:
-            row["service_rss_at_attach_mib"] = round(status["rss_mib"], 1)
             steps.append(row)
             print(f"step {step:3d}  reward {row['reward_mean']:.3f}  ({row['sessions']} "
                   f"sessions, versions {row['sampled_versions']})  ratio "
@@ -137,7 +136,7 @@ def _step(step: int, client: RolloutClient, model: Any, optimizer: Any, replay: 
             "push_s": round(push_s, 3), "transfer_s": round(times["transfer_s"], 3),
             "update_s": round(times["total_s"], 3), "sent_bytes": times["sent_bytes"],
             "service_rss_mib": round(status["rss_mib"], 1),
-            "service_peak_rss_mib": round(status["peak_rss_mib"], 1)}
+            "service_peak_above_mib": times["service_peak_above_mib"]}
 
 
 def _keep(root: Path, version: int, model_dir: Path, tensors: dict[str, Any]) -> None:

@@ -120,11 +120,12 @@ class RolloutService:
 
     def _update(self, push: WeightPush, transfer: Any) -> None:
         try:
-            times = self.rollouts.update_weights(transfer, push.version, push.mode)
+            with PeakMemory() as memory:
+                times = self.rollouts.update_weights(transfer, push.version, push.mode)
         except BaseException as exc:  # noqa: BLE001 - every rank's `pushed` raises it
             push.finish(None, exc)
         else:
-            push.finish(times, None)
+            push.finish({**times, "service_peak_above_mib": memory.above_mib}, None)
 
     def pushed(self) -> dict[str, float]:
         """The push under way's update times once it ended (its error if it failed)."""
@@ -157,11 +158,41 @@ class RolloutService:
 
 
 def memory() -> dict[str, float]:
-    """This process's resident memory now and at its peak, MiB (the service holds no weights:
-    neither grows with the model's size)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return {"rss_mib": pages * os.sysconf("SC_PAGE_SIZE") / 2**20,
+    """This process's resident memory now and at its peak, MiB."""
+    return {"rss_mib": rss_mib(),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def rss_mib() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakMemory:
+    """How far this process's resident memory rose above its start while the block ran (the
+    service holds no weights: an update from the ranks must not raise it by a copy of them)."""
+
+    def __init__(self, every_s: float = 0.01) -> None:
+        self.every_s, self.done = every_s, threading.Event()
+        self.start = self.peak = rss_mib()
+
+    def __enter__(self) -> PeakMemory:
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self.done.wait(self.every_s):
+            self.peak = max(self.peak, rss_mib())
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, rss_mib())
+
+    @property
+    def above_mib(self) -> float:
+        return round(self.peak - self.start, 1)
 
 
 class RolloutClient:
