@@ -24,7 +24,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Knob:
     name: str  # the SimulateConfig field
-    value: float  # pinned value, or where the fit starts
+    value: float  # pinned value, or where the fit starts (the efficiencies: issue 27's fit)
     low: float
     high: float
     source: str  # where the value and the range come from
@@ -33,11 +33,11 @@ class Knob:
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("decode_efficiency", 1.0, 0.5, 2.5,
+    Knob("decode_efficiency", 1.47, 0.5, 2.5,
          "aiconfigurator-core 0.12.0's backends time one GLM-5.3 decode step on GB200 (70k "
          "context) at 0.8x-2.2x vLLM's data: SGLang 9.1 vs 19.8 ms alone, 89 vs 70 ms at batch "
          "64; TRT-LLM 16.1 / 69.6 ms", fitted_to="tok/s per user at 66 sessions = 101"),
-    Knob("prefill_efficiency", 1.0, 0.5, 2.5,
+    Knob("prefill_efficiency", 2.04, 0.5, 2.5,
          "the same data for 6k new tokens after a 67k prefix: vLLM 822 ms, TRT-LLM 580 (1.4x), "
          "SGLang 252 (3.3x)",
          fitted_to="TTFT p90 at 66 sessions = the SLO (66 is the group's capacity)"),
