@@ -116,9 +116,10 @@ def one_topology(settings: dict, model_dir: Path, tensors: list[dict], updates: 
     try:
         with cluster:
             me = psutil.Process()
-            # the engine process that holds the model: the largest of the first engine's
+            # the engine process that holds the model (vLLM's core, `VLLM::EngineCore`, of a
+            # plain server; a Dynamo worker itself): the largest
             engine = max((c for c in me.children(recursive=True)
-                          if "vllm" in " ".join(c.cmdline())),
+                          if "vllm" in " ".join(c.cmdline()).lower()),
                          key=lambda c: c.memory_info().rss)
             for i in range(updates):
                 which = i % 2

@@ -16,6 +16,7 @@ request's KV that had to land on the old weights first) needs no second transfer
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from vllm.model_executor.model_loader.reload import (
 
 from serving.weight_transfer import Rendezvous, TransferError, TransferPlan, receive
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("vllm.rollfleet.weight_transfer")  # under vLLM's handler, in its log
 
 
 @dataclass
@@ -75,21 +76,23 @@ class RankRowsEngine(WeightTransferEngine[RankRowsInit, RankRowsUpdate]):
         pass
 
     def receive_weights(self, update_info: RankRowsUpdate) -> None:
-        action = update_info.action
+        action, t0 = update_info.action, time.perf_counter()
         if action == "receive":
             self.staged, self.staged_digest = None, ""
             plan = TransferPlan.from_dict(update_info.plan)
             self.staged = receive(Rendezvous(**update_info.rendezvous), plan,
                                   update_info.engine_rank)
             self.staged_digest = plan.digest
-            log.info("received %d tensors (%s)", len(self.staged), plan.digest[:16])
+            log.info("received %d tensors (%.1f MB, %s) in %.2f s", len(self.staged),
+                     plan.nbytes / 1e6, plan.digest[:16], time.perf_counter() - t0)
         elif action == "apply":
             if self.staged is None or self.staged_digest != update_info.digest:
                 raise TransferError(f"the weights {update_info.digest[:16]} are not staged "
                                     f"here (staged: {self.staged_digest[:16] or 'none'})")
             initialize_layerwise_reload(self.model)
-            self.model.load_weights(iter(self.staged.items()))
+            self.model.load_weights(iter(sorted(self.staged.items(), key=_layer_order)))
             finalize_layerwise_reload(self.model, self.model_config)
+            log.info("loaded %s in %.2f s", self.staged_digest[:16], time.perf_counter() - t0)
         elif action == "drop":
             self.staged, self.staged_digest = None, ""
         else:
@@ -97,3 +100,8 @@ class RankRowsEngine(WeightTransferEngine[RankRowsInit, RankRowsUpdate]):
 
     def shutdown(self) -> None:
         self.staged = None
+
+
+def _layer_order(item: tuple[str, torch.Tensor]) -> tuple:
+    """Layer by layer (layers.2 before layers.10), as a checkpoint's files hold them."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in item[0].split("."))

@@ -41,7 +41,7 @@ def _plan(tensors, world):
     return join_plan([describe(r, dict(iter_rows(tensors, r, world))) for r in range(world)])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(shapes=st.lists(st.lists(st.integers(1, 9), min_size=0, max_size=3), min_size=1,
                        max_size=5),
        world=st.integers(1, 5))
