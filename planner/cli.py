@@ -13,11 +13,12 @@ limit). Commands:
              (`simulate.jobs=2`: two replays side by side, one per core)
   recommend  the P:D ratio and group count for `simulate.sessions` at `simulate.target_tok_s`
   layouts    a TP8 worker's KV transfer per turn, per-layer vs block-major (descriptor model)
-  calibrate  fit the knobs the seed does not publish to its 1P:4D, 66-session, 101 tok/s point,
-             then predict its other figures at them (`simulate.seeds`: repeats for intervals)
+  calibrate  fit the knobs the seed does not publish to its 1P:4D, 66-session, 101 tok/s point
+             (and again at each pinned knob's range ends), then predict its other figures and
+             score them: the scorecard (planner/calibration.py)
   plan       the fewest GPUs (any P:D counts, TP/EP per role) that serve `simulate.sessions`
-             at `simulate.target_tok_s` with TTFT p90 <= `simulate.ttft_slo_s` (under every
-             one of `simulate.seeds`)
+             at `simulate.target_tok_s` (p10 per user) with TTFT p90 <= `simulate.ttft_slo_s`
+             under every seed and pinned end of `simulate.calibrated` (planner/plan_cmd.py)
   static     the static question (`simulate.isl`, `prefix`, `osl`) asked of aiconfigurator's own
              CLI and of this replay, side by side (planner/static.py)
 """
