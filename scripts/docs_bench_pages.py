@@ -25,7 +25,7 @@ PAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
            "What a weight update costs, how the recorded logprobs match a recompute, and the "
            "example trainer's steps ([RL training](../../guides/rl-training.md)).",
            ("bench/policy_update.json", "bench/policy_update_disagg.json", "bench/behaviour.json",
-            "bench/rl_loop_steps.json")),
+            "bench/rl_loop_steps.json", "bench/weight_transfer.json")),
     "rollout": ("The rollout engine and the sandbox",
                 "The engine's ceiling against mocker engines, the comparison with vf-eval, the "
                 "grammar's cost, admission, and the sandbox's costs "
@@ -157,7 +157,7 @@ def provenance(path: str, data: Any) -> list[str]:
     if command and not str(command).startswith(("python", "bash")):
         command = f"{command} (the subcommand, as the JSON records it)"
     said = [("command", f"`{command}`" if command else "not recorded in the JSON"),
-            ("commit", "not recorded in the JSON"),
+            ("commit", f"`{d['commit']}`" if d.get("commit") else "not recorded in the JSON"),
             ("machine", f"`{machine}`" if machine else "not recorded in the JSON"),
             ("date", f"`{d['date']}`" if d.get("date") else "not recorded in the JSON")]
     if isinstance(d.get("versions"), dict):
@@ -191,7 +191,7 @@ def render_file(path: str) -> list[str]:
     out = [f"## `{path}`", "", *provenance(path, data), ""]
     for plot in sorted(set(_plots(data)) | ({PLOTS[path]} if path in PLOTS else set())):
         out += [f"![{Path(plot).stem}](../../{plot})", ""]
-    skip = {"date", "machine", "gpu", "gpus", "command", "versions"}
+    skip = {"date", "machine", "gpu", "gpus", "command", "commit", "versions"}
     body = {k: v for k, v in data.items() if k not in skip} if isinstance(data, dict) else data
     if isinstance(body, dict):
         scalars = {k: v for k, v in body.items() if _scalar(v)}
