@@ -286,11 +286,12 @@ class Rollouts:
         stats.lags[group.lag] += 1
         return True
 
-    def update_weights(self, source: Path | dict[str, Any], version: int | None = None,
+    def update_weights(self, source: Path | dict[str, Any] | Any, version: int | None = None,
                        mode: str | None = None) -> dict[str, float]:
-        """Every engine takes the new weights (a checkpoint folder, or name -> tensor) as the
-        next policy version; `mode` (default rollout.update_mode): what turns in flight do.
-        Returns the seconds each step took (pause_s, weights_s, invalidate_s, resume_s,
+        """Every engine takes the new weights (a checkpoint folder, name -> tensor, or
+        serving's `Transfer` from a trainer's ranks: rollout/rl/service.py) as the next policy
+        version; `mode` (default rollout.update_mode): what turns in flight do. Returns the
+        seconds each step took (pause_s, transfer_s, weights_s, invalidate_s, resume_s,
         total_s)."""
         assert self.cluster is not None, "use Rollouts as a context manager"
         configured = self.groups_cfg["rollout"].update_mode

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,17 @@ log = logging.getLogger(__name__)
 
 
 class WeightPush:
-    """One push from `world` ranks: the plan once every rank described its rows, the
-    rendezvous once the engines wait for them, the update's answer at its end."""
+    """One push from `world` ranks, a rank per thread: each `offer`s the rows it sends; the
+    last one starts the update (`update`, in a thread of its own) with the plan joined from
+    every rank's; every `offer` returns once the engines wait for the rows, or raises why they
+    never will; `answer` is the update's times once it ended, or its error."""
 
-    def __init__(self, world: int, version: int | None, mode: str | None) -> None:
-        self.world, self.version, self.mode = world, version, mode
+    def __init__(self, number: int, world: int, version: int | None, mode: str | None,
+                 update: Callable[[Any, int | None, str | None], dict[str, float]]) -> None:
+        self.number, self.world, self.version, self.mode = number, world, version, mode
+        self.update = update
         self.parts: dict[int, list[Any]] = {}
+        self.lock = threading.Lock()
         self.plan: Any = None
         self.rendezvous: Any = None
         self.times: dict[str, float] | None = None
@@ -54,11 +59,50 @@ class WeightPush:
         self.receiving = threading.Event()
         self.done = threading.Event()
 
-    def ready(self, rendezvous: Any) -> None:
+    def offer(self, rank: int, world: int, rows: list[Any]) -> tuple[dict, dict]:
+        """(the rendezvous, the plan), as dicts, once the engines wait for the rows."""
+        from serving import Transfer
+
+        with self.lock:
+            if world != self.world or rank in self.parts or not 0 <= rank < world:
+                raise ValueError(f"rank {rank} of {world}: the push under way is of "
+                                 f"{self.world} ranks, {sorted(self.parts)} in")
+            self.parts[rank] = rows
+            if len(self.parts) == world:
+                try:
+                    transfer = Transfer.from_parts([self.parts[r] for r in range(world)],
+                                                   self._ready)
+                except Exception as exc:  # noqa: BLE001 - every rank's offer raises it
+                    self._finish(None, exc)
+                else:
+                    self.plan = transfer.plan
+                    threading.Thread(target=self._run, args=(transfer,), daemon=True,
+                                     name=f"weight-push-{self.number}").start()
+        self.receiving.wait()
+        if self.rendezvous is None:
+            raise self.error or RuntimeError("the update ended before the engines received")
+        return self.rendezvous.as_dict(), self.plan.as_dict()
+
+    def answer(self) -> dict[str, float]:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return dict(self.times or {})
+
+    def _run(self, transfer: Any) -> None:
+        try:
+            with PeakMemory() as memory:
+                times = self.update(transfer, self.version, self.mode)
+        except BaseException as exc:  # noqa: BLE001 - every rank's `answer` raises it
+            self._finish(None, exc)
+        else:
+            self._finish({**times, "service_peak_above_mib": memory.above_mib}, None)
+
+    def _ready(self, rendezvous: Any) -> None:
         self.rendezvous = rendezvous
         self.receiving.set()
 
-    def finish(self, times: dict[str, float] | None, error: BaseException | None) -> None:
+    def _finish(self, times: dict[str, float] | None, error: BaseException | None) -> None:
         self.times, self.error = times, error
         self.receiving.set()
         self.done.set()
@@ -77,7 +121,8 @@ class RolloutService:
         self.rollouts = Rollouts(overrides, groups_per_step, ahead, Path(run_dir))
         self.rollouts.__enter__()
         self.lock = threading.Lock()
-        self.push: WeightPush | None = None
+        self.pushes: dict[int, WeightPush] = {}
+        self.next_push = 0
         self.stopping = threading.Lock()
         self.stopped = False  # once the dataset is written and the fleet is down
 
@@ -90,52 +135,24 @@ class RolloutService:
         return self.rollouts.update_weights(Path(folder), version, mode)
 
     def offer(self, rank: int, world: int, rows: list[Any], version: int | None = None,
-              mode: str | None = None) -> tuple[dict, dict]:
-        """Rank `rank` of `world` describes the rows it sends (serving.weight_transfer.describe);
-        once every rank has, and the engines wait for them: (the rendezvous, the plan)."""
-        from serving import Transfer
-
+              mode: str | None = None) -> tuple[int, dict, dict]:
+        """Rank `rank` of `world` describes the rows it sends (serving's `WeightSender`); once
+        every rank has, and the engines wait for them: (the push's number, the rendezvous,
+        the plan)."""
         with self.lock:
-            push = self.push
-            if push is None or push.done.is_set():
-                push = self.push = WeightPush(world, version, mode)
-            if push.world != world or rank in push.parts or not 0 <= rank < world:
-                raise ValueError(f"rank {rank} of {world}: the push under way is of "
-                                 f"{push.world} ranks, {sorted(push.parts)} in")
-            push.parts[rank] = rows
-            if len(push.parts) == world:
-                try:
-                    transfer = Transfer.from_parts([push.parts[r] for r in range(world)],
-                                                   push.ready)
-                except Exception as exc:  # noqa: BLE001 - every rank's offer raises it
-                    push.finish(None, exc)
-                else:
-                    push.plan = transfer.plan
-                    threading.Thread(target=self._update, name="weight-push", daemon=True,
-                                     args=(push, transfer)).start()
-        push.receiving.wait()
-        if push.rendezvous is None:
-            raise push.error or RuntimeError("the update ended before the engines received")
-        return push.rendezvous.as_dict(), push.plan.as_dict()
+            push = self.pushes.get(self.next_push - 1)
+            if push is None or push.done.is_set() or len(push.parts) == push.world:
+                push = WeightPush(self.next_push, world, version, mode,
+                                  self.rollouts.update_weights)
+                self.next_push += 1
+                # the last few, for ranks still to ask how theirs went
+                self.pushes = {n: p for n, p in self.pushes.items() if n >= push.number - 2}
+                self.pushes[push.number] = push
+        return (push.number, *push.offer(rank, world, rows))
 
-    def _update(self, push: WeightPush, transfer: Any) -> None:
-        try:
-            with PeakMemory() as memory:
-                times = self.rollouts.update_weights(transfer, push.version, push.mode)
-        except BaseException as exc:  # noqa: BLE001 - every rank's `pushed` raises it
-            push.finish(None, exc)
-        else:
-            push.finish({**times, "service_peak_above_mib": memory.above_mib}, None)
-
-    def pushed(self) -> dict[str, float]:
-        """The push under way's update times once it ended (its error if it failed)."""
-        push = self.push
-        if push is None:
-            raise RuntimeError("no push under way")
-        push.done.wait()
-        if push.error is not None:
-            raise push.error
-        return dict(push.times or {})
+    def pushed(self, number: int) -> dict[str, float]:
+        """Push `number`'s update times once it ended (its error if it failed)."""
+        return self.pushes[number].answer()
 
     def status(self) -> dict[str, Any]:
         r = self.rollouts
@@ -233,11 +250,11 @@ class RolloutClient:
         held = dict(rows) if rows is not None else sender.rows(tensors)
         offer = self.service.offer.remote(self.rank, self.world, sender.describe(held),
                                           version, mode)
-        rendezvous, plan = ray.get(offer)
+        number, rendezvous, plan = ray.get(offer)
         t0 = time.perf_counter()
         sent = sender.send(rendezvous, plan, held)
         send_s = time.perf_counter() - t0
-        return {**ray.get(self.service.pushed.remote()), "sent_bytes": sent,
+        return {**ray.get(self.service.pushed.remote(number)), "sent_bytes": sent,
                 "send_s": send_s}
 
     def push_folder(self, folder: str | Path, version: int | None = None,
