@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from rollfleet.paths import ROOT
 from rollfleet.run_dir import RunDir
@@ -21,6 +21,7 @@ from serving.checkpoints import (
     digest_of,
     read_index,
     read_served,
+    tensors_of,
     write_served,
 )
 from serving.tiny_model import ensure_tiny_glm
@@ -131,3 +132,46 @@ def test_the_served_policy_file_is_what_the_cluster_wrote(tmp_path):
     v = PolicyCheckpoint(7, "/x", "c" * 64)
     assert read_served(write_served(tmp_path, v)) == v
     assert v.label == "7:" + "c" * 16
+
+
+def test_a_folder_that_is_not_one_or_does_not_fit_is_refused_naming_it(store, tmp_path):
+    store, _ = store
+    with pytest.raises(PolicyUpdateError, match=rf"^checkpoint {tmp_path}/gone is not a folder$"):
+        store.from_folder(tmp_path / "gone", 5)
+    (tmp_path / "other").mkdir()
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other" / "model.safetensors"))
+    with pytest.raises(PolicyUpdateError, match=rf"^checkpoint {tmp_path}/other lacks tensor "):
+        store.from_folder(tmp_path / "other", 5)
+
+
+def test_a_version_handed_over_again_as_a_folder_replaces_its_links(store, tmp_path):
+    """A retried update: v3's folder is made anew, the served model's other files linked."""
+    store, _ = store
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        shutil.copy(SERVED / "model.safetensors", tmp_path / name / "model.safetensors")
+        got = store.from_folder(tmp_path / name, 3)
+    folder = Path(got.path)
+    assert (folder / "model.safetensors").resolve() == (tmp_path / "second" /
+                                                        "model.safetensors").resolve()
+    assert (folder / "config.json").is_symlink() and store.get(3) == got
+
+
+def test_weights_from_ranks_are_listed_by_their_plan_s_digest_once_their_tensors_fit(store,
+                                                                                   tmp_path):
+    store, _ = store
+    schema = tensors_of(SERVED)
+    got = store.from_transfer(schema, "d" * 64, 5)
+    assert got == PolicyCheckpoint(5, "", "d" * 64) and store.get(5) == got
+    assert read_index(tmp_path)[5] == got
+    schema.pop("lm_head.weight")
+    with pytest.raises(PolicyUpdateError, match=r"^the new weights lacks tensor lm_head.weight"):
+        store.from_transfer(schema, "e" * 64, 6)
+    assert store.get(6) is None
+
+
+def test_the_served_policy_file_is_written_into_a_new_run_folder_and_over_itself(tmp_path):
+    run = tmp_path / "new" / "run"
+    write_served(run, PolicyCheckpoint(1, "/x", "a" * 64))
+    v2 = PolicyCheckpoint(2, "/y", "b" * 64)
+    assert read_served(write_served(run, v2)) == v2

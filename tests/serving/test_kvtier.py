@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from dataclasses import replace
@@ -57,7 +58,33 @@ def test_layouts_with_a_leading_kv_dimension_and_unknown_ones():
 def test_keys_are_the_block_hash_under_a_geometry_namespace():
     ns = namespace("/m", "torch.bfloat16", 128, 4, 65536)
     assert ns != namespace("/m", "torch.bfloat16", 128, 4, 32768)
+    assert re.fullmatch(r"rf-kv/[0-9a-f]{16}", ns)
     assert block_key(ns, b"\x01\xff") == f"{ns}/01ff"
+
+
+def test_a_leading_kv_dimension_gives_the_k_plane_then_the_v_plane_at_any_rank():
+    """[2, blocks, ...] of any rank from 2 on; a leading dimension of another size is not K/V."""
+    for kv in (torch.arange(2 * 6 * 4, dtype=torch.uint8).reshape(2, 6, 4),
+               torch.arange(2 * 6, dtype=torch.int16).reshape(2, 6)):
+        k, v = planes_of(kv, 6)
+        raw = kv.view(torch.uint8).reshape(2, 6, -1)
+        assert torch.equal(k, raw[0]) and torch.equal(v, raw[1])
+    with pytest.raises(ValueError, match=r"KV cache of shape \(3, 6\) has no block dimension"):
+        planes_of(torch.zeros(3, 6), 6)
+    with pytest.raises(ValueError, match=r"^KV cache of shape \(4, 6\) is not contiguous$"):
+        planes_of(torch.zeros(6, 4).t(), 6)
+    with pytest.raises(ValueError, match="^no KV caches to lay out$"):
+        BlockLayout.from_caches([], 6)
+
+
+def test_moving_no_block_changes_nothing():
+    caches = _caches()
+    layout = BlockLayout.from_caches(caches, 16)
+    rows = torch.zeros(1, layout.object_bytes, dtype=torch.uint8)
+    layout.gather([], rows)
+    layout.scatter(rows, [])
+    assert not rows.any() and all(torch.equal(a, b) for a, b in zip(caches, _caches(),
+                                                                      strict=True))
 
 
 def test_kv_transfer_config_per_role():

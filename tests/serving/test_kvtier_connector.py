@@ -2,6 +2,7 @@
 count of the resets an engine happened to see."""
 
 from serving.checkpoints import PolicyCheckpoint, write_served
+from serving.engine.kvtier import connector
 from serving.engine.kvtier.connector import MooncakeTierConnector
 
 
@@ -41,3 +42,21 @@ def test_a_served_policy_that_cannot_be_read_fails_the_reset(tmp_path):
     c = _connector(served)
     served.write_text("{broken")
     assert c.reset_cache() is False  # vLLM then fails the reset, and the update with it
+
+
+def test_a_block_s_key_is_its_hash_under_the_namespace_and_known_blocks_are_bounded(
+        tmp_path, monkeypatch):
+    """The blocks a connector knows the tier holds: the latest kept, the oldest dropped past
+    the bound; a disabled connector has no cache to reset."""
+    c = _connector(write_served(tmp_path, PolicyCheckpoint(0, "/m", "0" * 64)))
+    assert c.key(b"\x01\xff") == c.ns + "/01ff"
+    monkeypatch.setattr(connector, "KNOWN_MAX", 3)
+    c._known = {}
+    c._remember([b"a", b"b", b"c"])
+    c._remember([b"a"])
+    c._remember([b"d"])
+    assert list(c._known) == [b"c", b"a", b"d"]
+    c._forget([b"a", b"x"])
+    assert list(c._known) == [b"c", b"d"]
+    c.enabled = False
+    assert c.reset_cache() is None

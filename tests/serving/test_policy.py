@@ -3,6 +3,8 @@ fleet loads, publishes, drops every cache and reads every engine's version back 
 resumes; a fleet that fails midway goes back to the previous weights on every engine, and one
 that cannot says which engine reports what."""
 
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -423,3 +425,231 @@ def test_going_back_to_weights_that_came_from_ranks_is_a_broken_fleet():
     with pytest.raises(FleetBroken, match="going back to 1:d+ failed too.*is not staged"):
         update_fleet(engines, W2, previous, "wait", incoming=_incoming([]))
     assert all("resume" not in e.steps and e.steps[-1] == "drop" for e in engines)
+
+
+# -- what each engine control sends, and what an update hands each step -----------------------
+
+class Wire:
+    """Every request a control sends as (method, path, body, params, timeout), answered from
+    `answers` by path (a list: one answer after another); the sleeps between its tries."""
+
+    def __init__(self, monkeypatch, answers=None):
+        self.sent, self.sleeps, self.answers = [], [], answers or {}
+        monkeypatch.setattr(policy.httpx, "request", self.request)
+        monkeypatch.setattr(policy.time, "sleep", self.sleeps.append)
+
+    def request(self, method, url, json=None, params=None, timeout=None):
+        path = url.removeprefix("http://engine:8000")
+        self.sent.append((method.upper(), path, json, params, timeout))  # httpx upper-cases it
+        answer = self.answers.get(path, {"status": "ok"})
+        if isinstance(answer, list):
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
+        return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
+
+
+def test_a_vllm_engine_is_sent_its_development_routes_as_vllm_takes_them(monkeypatch):
+    """vLLM 0.31's dev-mode server: a refused cache reset is tried again after 0.2 s, doubling."""
+    wire = Wire(monkeypatch, {"/weight_info": {"weight_version": V2.label},
+                              "/reset_prefix_cache": [{"success": False}, {"success": False},
+                                                      {"success": True}]})
+    engine = VllmControl("0", "http://engine:8000")
+    engine.pause("keep")
+    engine.load(V2)
+    engine.load(W2)
+    engine.drop_staged()
+    engine.invalidate("keep")
+    version = engine.version()
+    engine.resume()
+
+    def rpc(method, kwargs):
+        return ("POST", "/collective_rpc", {"method": method, "kwargs": kwargs}, None, 600.0)
+    reset = ("POST", "/reset_prefix_cache", None,
+             {"reset_running_requests": "true", "reset_external": "true"}, 600.0)
+    assert wire.sent == [
+        ("POST", "/pause", None, {"mode": "keep", "clear_cache": "false"}, 600.0),
+        rpc("reload_weights", {"weights_path": "/ckpt/v2"}),
+        ("POST", "/update_weight_version", {"new_version": V2.label}, None, 600.0),
+        rpc("start_weight_update", {}),
+        rpc("update_weights", {"update_info": {"action": "apply", "digest": W2.digest}}),
+        rpc("finish_weight_update", {}),
+        ("POST", "/update_weight_version", {"new_version": W2.label}, None, 600.0),
+        rpc("start_weight_update", {}), rpc("update_weights", {"update_info": {"action": "drop"}}),
+        rpc("finish_weight_update", {}),
+        reset, reset, reset,
+        ("GET", "/weight_info", None, None, 600.0),
+        ("POST", "/resume", None, None, 600.0)]
+    assert version == V2.label and wire.sleeps == [0.2, 0.4]
+
+
+def test_a_dynamo_worker_is_sent_its_engine_routes_as_dynamo_takes_them(monkeypatch):
+    """Dynamo 1.6.1's /engine routes; a prefill worker pauses in wait mode whatever the mode."""
+    from serving.weight_transfer import Rendezvous
+
+    wire = Wire(monkeypatch, {"/engine/get_weight_version": {"status": "ok",
+                                                             "version": V2.label}})
+    prefill = DynamoControl("prefill0", "http://engine:8000", timeout_s=30.0, hands_off_kv=True)
+    prefill.pause("abort")
+    prefill.load(V2)
+    prefill.receive(_incoming([]), 1)
+    prefill.load(W2)
+    prefill.invalidate("wait")
+    version = prefill.version()
+    prefill.resume()
+
+    def engine(route, body):
+        return ("POST", f"/engine/{route}", body, None, 30.0)
+
+    def rpc(method, **kwargs):
+        return engine("update_weights_from_distributed",
+                      {"engine_rpc": method, "reset_prefix_cache": False, **kwargs})
+    received = {"action": "receive", "plan": {"digest": W2.digest},
+                "rendezvous": Rendezvous("127.0.0.1", 1, "k", 2).as_dict(), "engine_rank": 1}
+    assert wire.sent == [
+        engine("pause_generation", {"mode": "wait", "clear_cache": False}),
+        engine("update_weights_from_disk", {"model_path": "/ckpt/v2",
+                                            "weight_version": V2.label}),
+        rpc("start_weight_update"), rpc("update_weights", update_info=received),
+        rpc("finish_weight_update"),
+        rpc("start_weight_update"),
+        rpc("update_weights", update_info={"action": "apply", "digest": W2.digest}),
+        rpc("finish_weight_update"),
+        engine("set_weight_version", {"weight_version": W2.label}),
+        engine("pause_generation", {"mode": "keep", "clear_cache": True}),
+        engine("get_weight_version", {}),
+        engine("resume_generation", {})]
+    assert version == V2.label
+
+
+def test_a_worker_settling_kv_in_transit_is_resumed_for_half_a_second_and_paused_in_the_mode(
+        monkeypatch):
+    refused = {"status": "error", "message": "running requests waiting for remote KV transfer"}
+    wire = Wire(monkeypatch, {"/engine/pause_generation": [refused, {"status": "ok"},
+                                                           {"status": "ok"}]})
+    DynamoControl("decode0", "http://engine:8000").settle("abort")
+    reset = ("POST", "/engine/pause_generation", {"mode": "keep", "clear_cache": True}, None,
+             600.0)
+    assert wire.sent == [
+        reset, ("POST", "/engine/resume_generation", {}, None, 600.0),
+        ("POST", "/engine/pause_generation", {"mode": "abort", "clear_cache": False}, None,
+         600.0),
+        reset]
+    assert wire.sleeps == [0.5]
+
+
+def test_an_engine_that_cannot_be_reached_or_answers_an_error_fails_the_step_saying_so(
+        monkeypatch):
+    def unreachable(method, url, **kwargs):
+        raise httpx.ConnectError("refused")
+    monkeypatch.setattr(policy.httpx, "request", unreachable)
+    with pytest.raises(PolicyUpdateError, match=r"^engine e0: /resume: ConnectError: refused$"):
+        VllmControl("e0", "http://engine:8000").resume()
+    Wire(monkeypatch, {"/resume": httpx.Response(503, text="x" * 400),
+                       "/pause": httpx.Response(200),
+                       "/engine/get_weight_version": httpx.Response(200, json=["busy"])})
+    with pytest.raises(PolicyUpdateError) as err:
+        VllmControl("e0", "http://engine:8000").resume()
+    assert str(err.value) == "engine e0: /resume: HTTP 503: " + "x" * 300
+    assert VllmControl("e0", "http://engine:8000")._request("POST", "/pause") == {}  # no body
+    with pytest.raises(PolicyUpdateError, match=r"^engine d0: get_weight_version: \['busy'\]$"):
+        DynamoControl("d0", "http://engine:8000").version()
+
+
+class ModeEngine(Engine):
+    """Records the mode each settle and invalidate gets; `transit`: loads of the new weights
+    that KV reaches meanwhile (the next reset refused until the engine goes back)."""
+
+    def __init__(self, name, fail=(), transit=0, hands_off_kv=False):
+        super().__init__(name, fail)
+        self.transit, self.hands_off_kv, self.refuse = transit, hands_off_kv, False
+
+    def load(self, checkpoint):
+        super().load(checkpoint)
+        if checkpoint == V2 and self.transit:
+            self.transit, self.refuse = self.transit - 1, True
+
+    def settle(self, mode):
+        self._step(f"settle:{mode}")
+
+    def invalidate(self, mode):
+        self._step(f"invalidate:{mode}")
+        if self.refuse:
+            self.refuse = False
+            raise policy.KvInTransit(f"engine {self.name}: remote KV")
+
+
+class ModeReceiver(Receiver):
+    settle = ModeEngine.settle
+
+    def invalidate(self, mode):
+        self._step(f"invalidate:{mode}")
+
+
+@pytest.mark.parametrize("mode", ["wait", "abort", "keep"])
+def test_every_step_of_an_update_and_of_its_ways_back_runs_in_the_update_s_mode(mode):
+    """KV reaching an engine during the load on every try but the last (the fleet goes back
+    and loads again), a load that fails (it goes back for good), weights from ranks."""
+    def modes(engine):
+        return {s.split(":")[1] for s in engine.steps
+                if s.split(":")[0] in ("pause", "settle", "invalidate")}
+    late = [ModeEngine("prefill0", transit=policy.SWITCH_TRIES - 1, hands_off_kv=True),
+            ModeEngine("decode0")]
+    update_fleet(late, V2, V1, mode)
+    assert [e.steps.count("load:2") for e in late] == [policy.SWITCH_TRIES] * 2
+    failing = [ModeEngine("prefill0", hands_off_kv=True), ModeEngine("decode0", {("load", 2)})]
+    with pytest.raises(PolicyUpdateError, match="serves the previous weights"):
+        update_fleet(failing, V2, V1, mode)
+    received = ModeReceiver("agg0")
+    update_fleet([received], W2, V1, mode, incoming=_incoming([]))
+    assert received.steps == [f"pause:{mode}", f"settle:{mode}", "receive", f"settle:{mode}",
+                              "apply", f"invalidate:{mode}", "drop", "resume"]
+    assert all(modes(e) == {mode} for e in [*late, *failing])
+
+
+def test_an_update_s_steps_take_no_more_than_the_update_and_its_transfer_is_counted_once():
+    class Slow(Receiver):
+        def transfer(self, update_info):
+            if update_info["action"] == "receive":
+                time.sleep(0.1)
+            super().transfer(update_info)
+
+    for engines, checkpoint, incoming in [([Slow("agg0")], W2, _incoming([])),
+                                          ([Engine("agg0")], V2, None)]:
+        start = time.perf_counter()
+        times = update_fleet(engines, checkpoint, V1, "wait", incoming=incoming)
+        took = time.perf_counter() - start
+        steps = times.as_dict()
+        assert steps == {"pause_s": times.pause_s, "weights_s": times.weights_s,
+                         "invalidate_s": times.invalidate_s, "resume_s": times.resume_s,
+                         "transfer_s": times.transfer_s, "total_s": times.total_s}
+        assert all(s >= 0 for s in steps.values()) and times.total_s <= took
+        assert times.total_s == pytest.approx(sum(v for k, v in steps.items() if k != "total_s"))
+        assert (times.transfer_s >= 0.1) if incoming else times.transfer_s == 0.0
+
+
+def test_a_fleet_that_cannot_resume_after_going_back_is_broken_and_says_on_what():
+    engines = [Engine("agg0", {("load", 2), ("resume", None)})]
+    with pytest.raises(FleetBroken, match=r"^resuming on 1:a+ failed"):
+        update_fleet(engines, V2, V1, "wait")
+    mute = Engine("agg1", {("load", 2), ("load", 1)})
+
+    def no_answer():
+        raise PolicyUpdateError("no answer")
+    mute.version = no_answer
+    with pytest.raises(FleetBroken, match=r"'agg1': 'unknown \(no answer\)'"):
+        update_fleet([mute], V2, V1, "wait")
+
+
+def test_a_pause_that_fails_resumes_every_engine_and_raises_the_pause_s_error():
+    engines = [Engine("agg0", {("pause:wait", None), ("resume", None)}), Engine("agg1")]
+    with pytest.raises(PolicyUpdateError, match="agg0: pause:wait failed"):
+        update_fleet(engines, V2, V1, "wait")
+    assert engines[1].steps == ["pause:wait", "resume"]
+    with pytest.raises(PolicyUpdateError, match=r"unknown pause mode 'later'; one of \("):
+        update_fleet(engines, V2, V1, "later")
+
+
+def test_a_step_runs_on_every_engine_at_once():
+    """Eight engines, each step waiting for the seven others (a pool of fewer threads than
+    engines would run them in turns and never let the eighth start)."""
+    barrier = threading.Barrier(8, timeout=5)
+    policy.on_all([Engine(str(i)) for i in range(8)], lambda c: barrier.wait())

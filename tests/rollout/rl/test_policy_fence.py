@@ -87,6 +87,7 @@ def test_a_turn_that_ends_after_an_update_learns_what_that_update_served():
 
 def test_a_turn_the_board_never_saw_begin_ends_with_no_pause_inside():
     board = PolicyBoard()
+    assert board.current() == 0  # a board serves version 0 until an update
     board.paused()
     assert board.end("unknown") == TurnEnd(0)
 

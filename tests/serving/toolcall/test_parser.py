@@ -105,3 +105,64 @@ def test_junk_after_a_value_is_malformed_not_skipped():
                             "<arg_value>", "a", "</arg_value>", "junk", "</tool_call>"),
                      TOOLS, False)
     assert turn.calls[0].issues[0] == "malformed"
+
+
+def _parsed(*parts):
+    """A turn of token pieces (bytes objects pass as one token each); its one call and what
+    the turn read after it."""
+    tokens = [p for part in parts for p in ([part] if isinstance(part, bytes) else pieces(part))]
+    turn = parse_glm(tokens, TOOLS, False)
+    [call] = turn.calls
+    return (call.arguments, call.issues), turn.content
+
+
+def test_a_call_read_loosely_counts_each_problem_and_the_turn_goes_on_after_it():
+    """Markup out of order, bytes that form no character in the skipped text or a key, a call
+    cut after a key, after a value, or after a value's end: counted, never raised, and what
+    follows the call is the turn's again."""
+    head = ("<tool_call>", "read_file", "<arg_key>", "path", "</arg_key>")
+    value = ("<arg_value>", "a.py", "</arg_value>")
+    assert _parsed(*head, "oops", b"\xff", "</tool_call>", "tail") == (
+        ({}, ["malformed", "invalid_utf8", "missing_argument"]), "tail")
+    assert _parsed(*head, *value, "<arg_key>", "start_line", "</arg_key>", "x", b"\xff",
+                   "</tool_call>", "tail") == (
+        ({"path": "a.py"}, ["malformed", "invalid_utf8", "missing_argument"]), "tail")
+    assert _parsed(*head, *value, "j", b"\xff", "<arg_key>", "start_line", "</arg_key>",
+                   "<arg_value>", "3", "</arg_value>", "</tool_call>", "tail") == (
+        ({"path": "a.py", "start_line": 3}, ["malformed", "invalid_utf8"]), "tail")
+    assert _parsed("<tool_call>", "read_file", "<arg_key>", b"pa\xff", "</arg_key>", "x",
+                   b"\xfe", "</tool_call>") == (
+        ({}, ["invalid_utf8", "malformed", "missing_argument"]), "")  # counted once
+    for cut in (head, (*head, *value), (*head, "<arg_value>")):
+        assert _parsed(*cut)[0][1] == ["cut_off"]
+
+
+def test_a_clean_call_ends_at_its_last_token():
+    assert _parsed("<tool_call>", "read_file", "<arg_key>", "path", "</arg_key>",
+                   "<arg_value>", "a.py", "</arg_value>", "<arg_key>", "start_line",
+                   "</arg_key>", "<arg_value>", "null", "</arg_value>", "</tool_call>",
+                   "tail") == (({"path": "a.py", "start_line": None}, []), "tail")
+
+
+def test_an_openai_shaped_call_with_no_arguments_or_not_an_object():
+    assert check_call("submit", "", TOOLS) == []
+    assert check_call("read_file", "[1]", TOOLS) == ["malformed"]
+
+
+def test_a_call_cut_before_its_name_ends_or_named_in_no_characters_is_no_known_tool():
+    cut = parse_glm(pieces("<tool_call>", "read"), TOOLS, False).calls[0]
+    assert (cut.name, cut.issues) == ("", ["cut_off", "unknown_tool"])
+    garbled = parse_glm([b"<tool_call>", b"sub\xff", b"</tool_call>"], TOOLS, False).calls[0]
+    assert (garbled.name, garbled.issues) == ("sub\ufffd", ["invalid_utf8", "unknown_tool"])
+
+
+def test_reasoning_ends_at_the_first_think_end_only_when_thinking():
+    thought = parse_glm(pieces("plan", "</think>", "ok"), TOOLS, thinking=True)
+    assert (thought.reasoning, thought.content) == ("plan", "ok")
+    plain = parse_glm(pieces("plan", "</think>", "ok"), TOOLS, thinking=False)
+    assert (plain.reasoning, plain.content) == ("", "plan</think>ok")
+
+
+def test_content_shows_bytes_of_no_character_as_replacements_and_spelled_markup_is_an_issue():
+    turn = parse_glm([b"a", b"\xff", b"<tool", b"_call>"], TOOLS, False)
+    assert turn.content == "a\ufffd<tool_call>" and turn.issues == ["subtoken_markup"]

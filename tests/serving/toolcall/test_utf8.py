@@ -201,3 +201,10 @@ def test_a_walk_over_any_tokens_marks_invalid_where_the_bytes_stop_being_utf8(to
             assert (state == BETWEEN) == _valid_utf8(since), since.hex()
     # A token outside the vocabulary (padding) changes nothing but the restart.
     assert guard.next_state(state, len(tokens)) == (BETWEEN if state == INVALID else state)
+
+
+def test_a_vocabulary_of_no_tokens_narrows_nothing():
+    """Every bit of the mask past the vocabulary (xgrammar's padding) stays allowed."""
+    guard = Utf8Guard([], mask_width=2)
+    assert guard.masks.shape == (8, 2) and (guard.masks == -1).all()
+    assert guard.next_state(BETWEEN, 0) == BETWEEN
