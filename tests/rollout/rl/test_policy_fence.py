@@ -96,8 +96,8 @@ def test_without_a_board_every_turn_is_version_zero_and_whole():
     fence = TurnFence(checkpoint="d0")
 
     async def go():
-        return await fence.begin("t"), await fence.end("t")
-    assert run(go()) == ((0, "d0"), TurnEnd(0))
+        return await fence.begin("t"), await fence.end("t"), await TurnFence().begin("t")
+    assert run(go()) == ((0, "d0"), TurnEnd(0), (0, ""))
 
 
 @pytest.fixture(scope="module")
