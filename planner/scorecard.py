@@ -17,7 +17,7 @@ ITL_DEFINITIONS = {
     "per_token": ("itl_p90_ms", "p90 over every gap between two tokens"),
     "mean": ("itl_mean_ms", "the mean gap over every decoded token"),
 }
-SEED_ITL = "per_request"
+SEED_ITL = "per_token"
 
 
 @dataclass(frozen=True)

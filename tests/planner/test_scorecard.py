@@ -26,16 +26,16 @@ def test_a_row_scores_its_mean_against_the_published_figure_at_15_percent():
     assert scorecard.summary([hit, miss])["within_15"] == 1
 
 
-def test_the_itl_row_scores_the_per_request_definition_and_reports_all_three():
+def test_the_itl_row_scores_the_per_token_definition_and_reports_all_three():
     def run(request: float, token: float, mean: float) -> dict:
         return {"itl_request_p90_ms": request, "itl_p90_ms": token, "itl_mean_ms": mean}
 
     center = [{"disagg": run(6, 8, 5), "agg": run(10, 10, 10)}]
     at_ends = [{"disagg": run(5, 9, 5), "agg": run(10, 10, 10)}]
     row, every = scorecard.itl_rows(center, at_ends, 0.40)
-    assert scorecard.SEED_ITL == "per_request"
-    assert (row.mean, row.low, row.high) == pytest.approx((0.4, 0.4, 0.5))
-    assert every["per_token"]["mean"] == pytest.approx(0.2)
+    assert scorecard.SEED_ITL == "per_token"
+    assert (row.mean, row.low, row.high) == pytest.approx((0.2, 0.1, 0.2))
+    assert every["per_request"]["mean"] == pytest.approx(0.4)
     assert every["mean"]["mean"] == pytest.approx(0.5)
 
 
