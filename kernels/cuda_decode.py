@@ -9,11 +9,10 @@ heads, two CTAs per SM (4, 5), or one CTA per SM whose rows arrive by bulk copie
 (6; 7: two consumer groups); 8, 9, 10 (fewer instructions per decoded value), 14, 15 (10's
 kernel built with a fused merge, whose register allocation spills nothing) and 16-25 (round 10)
 decode wgmma's A fragments straight from the bulk-copied rows into registers, with no fp16 tile
-(kernels/README.md, "The CUDA kernel"). The default, 43 (issue 51, round 2): at H > 16 variant
+(kernels/README.md, "The CUDA kernel"). The default, 38 (issue 51, round 2): at H > 16 variant
 29's 64-head kernel (a leaner producer decode, Q and the output in its dim order) with Q K^T's
-k-steps in a run-time loop (36), Q copied by cp.async and the output stored through shared memory
-(38), and a producer that asks memory for Q and tile 0 first and issues its index loads early
-(41, 42), above 2 tiles a split, else variant 5's; at H <= 16 variant 27 (round 11): with more
+k-steps in a run-time loop (36), Q copied by cp.async and the output stored through shared memory,
+above 2 tiles a split, else variant 5's; at H <= 16 variant 27 (round 11): with more
 than 8 tiles a split, two consumer groups on alternate tiles, each waiting after every wgmma
 batch for the one before (so that both fit 224 registers with no serialized wgmma; variant 24),
 else one group (16);
@@ -112,14 +111,16 @@ VARIANTS = {
     40: "H > 16: 38 with group 1 issuing the next tile's Q K^T right behind its P V (as 3); few "
     "heads: 27",
     41: "H > 16: 38 with the producer asking for tile 1's rows and tile 2's L2 prefetch only once "
-    "group 1 has Q (the start's memory traffic is Q and tile 0); few heads: 27",
+    "group 1 has Q (the start's memory traffic is Q and tile 0; not yet run on a GPU); few "
+    "heads: 27",
     42: "H > 16: 38 with the split's indices prefetched into L2 at the start and each tile's index "
     "load issued behind the row loads (not inside the decode, before the hand-over's release "
-    "fence); few heads: 27",
-    43: "H > 16: 38 with 41's and 42's producer; few heads: 27",
-    44: "H > 16: 43's kernel at every split count with 39's clocks; few heads: 27",
+    "fence; not yet run on a GPU); few heads: 27",
+    43: "H > 16: 38 with 41's and 42's producer (not yet run on a GPU); few heads: 27",
+    44: "H > 16: 43's kernel at every split count with 39's clocks (not yet run on a GPU); few "
+    "heads: 27",
 }
-DEFAULT_VARIANT = 43
+DEFAULT_VARIANT = 38
 FEW_HEADS = 16  # variant 4's few-heads kernel: heads per CTA (no padding to 64)
 # few-heads kernels: CTAs per SM
 FEW_VARIANTS = {4: 2, 5: 2} | dict.fromkeys((6, 7, 8, 9, 10, *range(14, 45)), 1)

@@ -68,9 +68,9 @@ constexpr int kOffKV = kOffQ + kTileBytes;        // two stages
 constexpr int kOffP = kOffKV + 2 * kTileBytes;    // P [64 heads, 64 rows] fp16
 constexpr int kOffRed = kOffP + kBlockBytes;      // float [2][64]: row maxima, then row sums
 constexpr int kOffValid = kOffRed + 2 * 64 * 4;   // uint8 [2][64]: row valid, per stage
-constexpr int kOffBar = kOffValid + 2 * 64;       // mbarriers: full[2], empty[2], Q in (38-44)
+constexpr int kOffBar = kOffValid + 2 * 64;       // mbarriers: full[2], empty[2], Q in (41, 43, 44)
 constexpr int kSmem = kOffBar + 5 * 8 + 1024;     // + slack to align the base to 1024
-constexpr int kBarQIn = 4;                        // kOffBar's fifth: group 1 has Q (variants 38-44)
+constexpr int kBarQIn = 4;                        // kOffBar's fifth: group 1 has Q (41, 43, 44)
 constexpr int kProducerRegs = 88;
 constexpr int kConsumerRegs = 208;  // setmaxnreg moves registers within the launch's
 // 168 x 384: 128 x 88 + 256 x 208 = 64512 (asking for more than that pool waits forever)
@@ -846,13 +846,14 @@ __device__ __forceinline__ void store_out(const DecodeParams& p, const float (&o
   }
 }
 
-// ---- Compact ends (variants 38, 39; issue 51, round 2) ----
-// The 64-head kernel's fixed cost (~22 us of a 105 us call at H64 B128; its clocks put Q ready at
-// 15 us and G1's epilogue at 7 us) is spent in straight-line code that runs once: load_q's 18
-// unrolled chunks (~27 KB of SASS per group) and store_out's 64 branchy 4-byte stores (~17 KB).
-// These versions are short loops: Q is copied by cp.async straight into its swizzled place (no
-// registers held across the maximum), and the output goes through shared memory as bf16 and out
-// in 16-byte coalesced stores.
+// ---- Compact ends (variants 38-44; issue 51, round 2) ----
+// The 64-head kernel's fixed cost (~22 us of a 105 us call at H64 B128; round 1's clocks put Q in
+// shared memory at 15 us and group 1's epilogue at 7 us) sat in the two pieces of straight-line
+// code that run once: load_q's 18 unrolled chunks (~27 KB of SASS per group) and store_out's 64
+// branchy 4-byte stores (~17 KB). These versions are short loops: Q is copied by cp.async straight
+// into its swizzled place (no registers held across the maximum), and the output goes through
+// shared memory as bf16 and out in 16-byte coalesced stores. Measured (NOTES, round 2): the
+// epilogue 3.0 us instead of ~7, but Q still in at 16.3 us: the code was not what held Q.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(pred ? 16 : 0)
@@ -1170,9 +1171,10 @@ __device__ __forceinline__ void softmax_lazy(float (&s)[32], const uint8_t* vali
 
 // kPerm, kStamp: variants 29-31 (load_q / store_out in decode_chunk_lean's dim order; variant
 // 31's stamps). kSoft: variant 33's softmax (softmax_lazy). kLoopK: variants 35, 36 (issue_qk64).
-// kEnds: variants 38, 39 (load_q_async, the staged output); kStampEnds: 39's stamps (StampEnds).
+// kEnds: variants 38-44 (load_q_async, the staged output); kStampEnds: 39's, 44's stamps
+// (StampEnds); kQIn: 41, 43, 44 (Q's arrival told to producer_lean's kQFirst).
 template <bool kEarly, bool kPerm = false, bool kStamp = false, bool kSoft = false,
-          bool kLoopK = false, bool kEnds = false, bool kStampEnds = false>
+          bool kLoopK = false, bool kEnds = false, bool kStampEnds = false, bool kQIn = false>
 __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int split, int hb,
                             int ntiles) {
   const int ct = threadIdx.x - 128;  // 0..127
@@ -1185,7 +1187,7 @@ __device__ void consumer_qk(const DecodeParams& p, uint8_t* smem, int b, int spl
   float* red = reinterpret_cast<float*>(smem + kOffRed);  // [0, 64): rescale, [64, 128): sums
   const float qk =
       kEnds ? load_q_async<kPerm>(p, smem, b, h0, ct) : load_q<kPerm>(p, smem, b, h0, ct);
-  if (kEnds && ct == 0) mbar_arrive(base + kOffBar + kBarQIn * 8);  // for kQFirst's producer
+  if (kQIn && ct == 0) mbar_arrive(base + kOffBar + kBarQIn * 8);  // for kQFirst's producer
   if (kStampEnds && ct == 0) stamp<kStampEnds>(p, kSEQReady, clock64());
   long long t_full = 0, t_qk = 0, t_soft = 0, t_pv = 0, t_pfree = 0, c0 = 0;
   auto clk = [&]() { return kStamp ? clock64() : 0ll; };
@@ -2823,7 +2825,7 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
     mbar_init(bar + 8, kG2 ? 256 : 128);
     mbar_init(bar + 16, 8);  // empty[2]: every consumer warp
     mbar_init(bar + 24, 8);
-    mbar_init(bar + kBarQIn * 8, 1);  // Q in: group 1's thread 0
+    if (kQFirst) mbar_init(bar + kBarQIn * 8, 1);  // Q in: group 1's thread 0
   }
   __syncthreads();
   if constexpr (kLean) {
@@ -2833,7 +2835,7 @@ __global__ void __launch_bounds__(384, 1) decode_kernel(const __grid_constant__ 
       producer_lean<kG2, kStamp, kQFirst, kIdxEarly, kStampEnds>(p, smem, b, t0, t1, ntiles);
     } else if (threadIdx.x < 256) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kQkRegs));
-      consumer_qk<kVariant == 40, true, kStamp, kSoft, kLoopK, kEnds, kStampEnds>(
+      consumer_qk<kVariant == 40, true, kStamp, kSoft, kLoopK, kEnds, kStampEnds, kQFirst>(
           p, smem, b, split, hb, ntiles);
     } else if constexpr (kG2) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(176));
