@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import random
@@ -111,8 +112,9 @@ def main() -> None:
     for name, topology in VARIANTS.items():
         cfg = ServingConfig(session_affinity="off", **topology)
         with tempfile.TemporaryDirectory(prefix="bench-disagg-") as tmp, \
-                Cluster(cfg, model, Path(tmp), ROOT / ".cache") as cluster:
-            endpoint = cluster.endpoint
+                contextlib.ExitStack() as stack:
+            cluster = Cluster(cfg, model, Path(tmp), ROOT / ".cache")
+            endpoint = stack.enter_context(cluster)  # a Cluster's block gets its Endpoint
             vocab = range(100, min(endpoint.markup_token_ids.values()))
             url = endpoint.base_url.removesuffix("/v1")
             asyncio.run(load(url, model.name, argparse.Namespace(
