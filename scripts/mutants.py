@@ -48,9 +48,8 @@ MODULES: dict[str, tuple[list[str], list[str] | None]] = {
     "rollout/rl/trainer_view.py": (["tests/rollout/test_record.py"], None),
     "rollout/rl/policy_fence.py": (["tests/rollout/rl/test_policy_fence.py"], None),
     "rollout/rl/loop.py": (["tests/rollout/rl/test_loop.py"],  # the lag bound, whole groups
-                           ["Rollouts._hand_over", "Rollouts.next_groups", "GroupSource.take",
-                            "GroupSource.resample", "GroupSource.in_flight",
-                            "GroupSource.consumed"]),
+                           ["Rollouts._hand_over", "GroupSource.take", "GroupSource.resample",
+                            "GroupSource.in_flight", "GroupSource.consumed"]),
     "rollout/admission.py": (["tests/rollout/test_admission.py"], None),
     "serving/policy.py": (["tests/serving/test_policy.py"], None),
     "serving/checkpoints.py": (["tests/serving/test_checkpoints.py"], None),
@@ -114,11 +113,12 @@ def _function_name(mangled: str) -> str:
 def _mutant_diffs(mutated_file: Path) -> dict[str, tuple[str, list[str]]]:
     """mutmut name -> (function, the lines it changes), read from the mutated module."""
     module = ast.parse(text := mutated_file.read_text())
+    lines = text.splitlines()  # (ast.get_source_segment splits the whole file at each call)
     sources: dict[str, dict[str, str]] = {}
     for node in ast.walk(module):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _MUTANT.match(node.name):
             base, n = _MUTANT.match(node.name).groups()
-            source = ast.get_source_segment(text, node).replace(node.name, base)
+            source = "\n".join(lines[node.lineno - 1:node.end_lineno]).replace(node.name, base)
             sources.setdefault(base, {})[n] = source
     diffs = {}
     for base, variants in sources.items():

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.suites.mini import MiniRepo
+from envs.task import Grade
 from envs.unittest_output import parse_unittest
 
 
@@ -63,3 +64,12 @@ def test_a_mini_task_passes_iff_no_hidden_test_fails_and_one_passes(outcomes, tm
     output, status = _run(outcomes)
     grade = MiniRepo(tmp_path_factory.getbasetemp()).grade(output, status)
     assert grade.passed == (not FAILING & set(outcomes) and bool(PASSING & set(outcomes)))
+
+
+def test_output_with_no_report_ran_no_test_and_passes_nothing(tmp_path):
+    """A run that died before unittest reported (a crash at import, a killed interpreter)."""
+    crashed = "Traceback (most recent call last):\n  File \"x.py\"\nImportError: no module\n"
+    assert parse_unittest(crashed) == parse_unittest("") == (0, 0, 0)
+    assert not MiniRepo(tmp_path).grade("", 0).passed
+    report = "FAIL: test_a (t.T.test_a)\n---\nRan 3 tests in 0.01s\n\nFAILED (failures=1)\n"
+    assert MiniRepo(tmp_path).grade(report, 1) == Grade(3, 1, False)

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout.reports.evals import (
+    Estimate,
     TaskResult,
     bootstrap,
     mean_pass_at_k,
@@ -143,3 +144,38 @@ def test_a_bootstrap_interval_is_ordered_and_within_what_resampling_can_give(ite
     est = bootstrap(items, statistics.fmean, iters=iters, level=level)
     assert min(items) - 1e-12 <= est.low <= est.high <= max(items) + 1e-12
     assert est.value == pytest.approx(statistics.fmean(items))
+
+
+def test_a_task_keeps_the_labels_of_its_records_or_says_unknown():
+    records = [{"task_id": "a", "reward": 1.0, "task_difficulty": "hard",
+                "task_category": "strings"},
+               {"task_id": "b", "reward": 0.0, "task_difficulty": None, "task_category": None},
+               {"task_id": "c", "reward": 0.0}]
+    got = task_results(records)
+    assert [(t.difficulty, t.category) for t in got.values()] == [
+        ("hard", "strings"), ("unknown", ""), ("unknown", "")]
+
+
+def test_an_interval_is_the_resampled_statistic_at_its_level_s_quantiles():
+    """A statistic that counts its calls draws 0, 1, ... iters - 1: the interval's ends are the
+    draws at (1 - level) / 2 and (1 + level) / 2 of them (as floats compute them: 0.1 / 2 of
+    200 is 9.999...), the value the next call."""
+    def counter():
+        calls = iter(range(10**6))
+        return lambda items: next(calls)
+    assert bootstrap([1, 2], counter(), iters=200, level=0.9) == Estimate(200, 9, 190)
+    assert bootstrap([1, 2], counter(), iters=200) == Estimate(200, 5, 195)  # level 0.95
+    assert bootstrap([], statistics.fmean) == Estimate(0.0, 0.0, 0.0)
+
+
+def test_intervals_are_the_same_for_the_same_seed_and_the_defaults_are_seed_0_2000_draws():
+    items = [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    assert bootstrap(items, statistics.fmean) == bootstrap(items, statistics.fmean, 2000, 0)
+    a = {f"t{i}": TaskResult(f"t{i}", 10, i % 11) for i in range(12)}
+    b = {f"t{i}": TaskResult(f"t{i}", 10, 3 * i % 11) for i in range(12)}
+    diffs = {t: pass_at_k(10, b[t].passed, 1) - pass_at_k(10, a[t].passed, 1) for t in sorted(a)}
+    assert paired_difference(a, b) == (bootstrap(list(diffs.values()), statistics.fmean, 2000, 0),
+                                       diffs)
+    assert paired_difference(a, b, seed=5)[0] == bootstrap(list(diffs.values()),
+                                                           statistics.fmean, 2000, 5)
+    assert paired_difference(a, b, seed=5)[0] != paired_difference(a, b)[0]

@@ -113,3 +113,31 @@ def test_a_members_figures_are_brute_force_pass_at_k_over_its_records(samples):
                                                                       len(outcomes)))
     assert figures["by_difficulty"] == pytest.approx(
         {g: float(sum(v) / len(v)) for g, v in by_difficulty.items()}, abs=1e-12)
+
+
+def test_a_members_counts_rates_and_means_are_its_records():
+    def row(status, turns, calls, invalid, failed, reward=1.0):
+        return {"task_id": "t", "reward": reward, "status": status, "num_turns": turns,
+                "completion_tokens": 10 * turns, "prompt_tokens": 100 * turns,
+                "num_tool_calls": calls, "num_invalid_tool_calls": invalid,
+                "tool_call_issues": {"failed": failed}}
+    rows = [row("ok", 2, 3, 1, 0), row("error", 1, 1, 0, 1, None),
+            row("infra_error", 0, 0, 0, 0, None), row("ok", 3, 4, 1, 2, 0.0)]
+    figures = member_figures(Member("m", Path("m"), [], rows, {"wall_s": 12.5},
+                                    task_results(rows)), [1])
+    assert {k: figures[k] for k in ("rollouts", "tasks", "infra_error", "error", "mean_turns",
+                                     "mean_completion_tokens", "mean_prompt_tokens",
+                                     "invalid_call_rate", "failed_call_rate", "wall_s")} == {
+        "rollouts": 4, "tasks": 1, "infra_error": 1, "error": 1, "mean_turns": 1.5,
+        "mean_completion_tokens": 15.0, "mean_prompt_tokens": 150.0,
+        "invalid_call_rate": 0.25, "failed_call_rate": 0.375, "wall_s": 12.5}
+    empty = member_figures(Member("e", Path("e"), [], [], {}, {}), [1])
+    assert [empty[k] for k in ("mean_turns", "mean_completion_tokens", "mean_prompt_tokens",
+                               "invalid_call_rate", "failed_call_rate", "wall_s")] == [0.0] * 6
+
+
+def test_comparing_members_that_are_not_there_names_them_and_the_members(tmp_path):
+    for name, passes in (("a", [1, 0]), ("b", [1, 1])):
+        _member(tmp_path, name, [f"x={name}"], passes)
+    with pytest.raises(KeyError, match=r"no member named \['nope'\]; members: \["):
+        write_report(tmp_path, compare=("x=a", "nope"), log_wandb=False)
