@@ -120,3 +120,12 @@ def test_a_step_takes_the_first_groups_to_finish_and_counts_those_still_sampling
     assert [j.task_id for j in _drain(rollouts.source)] == ["a"]  # c's place: a new group
     assert [g.group_id for g in rollouts.next_groups(1, timeout_s=0.01)] == ["a"]
     assert rollouts.group_stats.carried == [1, 2]  # b and the new one
+
+
+def test_a_group_s_samples_are_numbered_on_from_the_last_group_s():
+    """Sample indices 0, 1, 2 for the first group of three, 3, 4, 5 for the next: a rollout's
+    id (task/sample) never names a sample of another group."""
+    source = GroupSource(["a", "b"], samples=3, ahead=3)
+    assert [(j.task_id, j.group, j.sample_index) for j in _drain(source)] == [
+        ("a", 0, 0), ("a", 0, 1), ("a", 0, 2), ("b", 1, 3), ("b", 1, 4), ("b", 1, 5),
+        ("a", 2, 6), ("a", 2, 7), ("a", 2, 8)]
