@@ -5,7 +5,10 @@ carry the bytes, checked against their sha256, or fail with a named tensor."""
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,9 +27,9 @@ from serving.weight_transfer import (
     describe,
     iter_rows,
     join_plan,
-    receive,
-    send,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tensors(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -97,23 +100,30 @@ def test_rows_that_do_not_fit_their_tensor_are_refused():
 
 # -- real groups in separate processes ------------------------------------------------------
 
-def _rank(rendezvous, plan, rank, world, corrupt, out):
-    held = dict(iter_rows(_tensors(), rank, world))
-    if corrupt and rank == 1:
-        name = next(iter(held))
-        held[name] = (held[name][0] + 1, *held[name][1:])
-    try:
-        out.put(("rank", rank, send(rendezvous, plan, rank, held)))
-    except TransferError as exc:
-        out.put(("rank", rank, str(exc)))
-
-
-def _engine(rendezvous, plan, index, out):
-    try:
+# Each process a fresh interpreter: a child forked from a pytest worker inherits locks its
+# other threads held, and one such child hung a CI run. Answers come back as one JSON line.
+_CHILD = """
+import json, sys
+import torch
+from serving.weight_transfer import Rendezvous, TransferError, TransferPlan, receive, send
+from serving.weight_transfer import iter_rows
+from tests.serving.test_weight_transfer import _tensors
+role, index, world, corrupt, rendezvous, plan = json.loads(sys.argv[1])
+rendezvous, plan = Rendezvous(**rendezvous), TransferPlan.from_dict(plan)
+try:
+    if role == "rank":
+        held = dict(iter_rows(_tensors(), index, world))
+        if corrupt and index == 1:
+            name = next(iter(held))
+            held[name] = (held[name][0] + 1, *held[name][1:])
+        answer = send(rendezvous, plan, index, held)
+    else:
         got = receive(rendezvous, plan, index)
-        out.put(("engine", index, all(torch.equal(got[k], v) for k, v in _tensors().items())))
-    except TransferError as exc:
-        out.put(("engine", index, str(exc)))
+        answer = all(torch.equal(got[k], v) for k, v in _tensors().items())
+except TransferError as exc:
+    answer = str(exc)
+print(json.dumps([role, index, answer]), flush=True)
+"""
 
 
 def _run(ranks, engines, corrupt=False, timeout_s=60.0):
@@ -121,17 +131,28 @@ def _run(ranks, engines, corrupt=False, timeout_s=60.0):
                           timeout=datetime.timedelta(seconds=timeout_s))
     plan = _plan(_tensors(), 2)
     rendezvous = Rendezvous("127.0.0.1", store.port, "t", engines=2, timeout_s=timeout_s)
-    ctx = mp.get_context("fork")  # no interpreter to start, no semaphore tracker left
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(rendezvous, plan, r, 2, corrupt, out))
-             for r in ranks]
-    procs += [ctx.Process(target=_engine, args=(rendezvous, plan, i, out)) for i in engines]
-    for p in procs:
-        p.start()
-    results = sorted(out.get(timeout=timeout_s + 60) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-    return results
+    roles = [("rank", r) for r in ranks] + [("engine", i) for i in engines]
+    procs = {}
+    try:
+        for role, index in roles:
+            args = json.dumps([role, index, 2, corrupt, rendezvous.as_dict(), plan.as_dict()])
+            procs[role, index] = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, args], cwd=ROOT, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)
+        results = []
+        for who, proc in procs.items():
+            try:
+                out, err = proc.communicate(timeout=timeout_s + 60)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{who} gave no answer within {timeout_s + 60:.0f} s") \
+                    from None
+            assert proc.returncode == 0 and out, f"{who} exited {proc.returncode}: {err[-2000:]}"
+            results.append(tuple(json.loads(out.splitlines()[-1])))
+        return sorted(results)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
 
 
 def test_two_ranks_send_their_rows_once_and_every_engine_receives_the_whole_weights():
