@@ -112,10 +112,11 @@ def tensors_of(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
-_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32",
-           "torch.float64": "F64", "torch.int64": "I64", "torch.int32": "I32",
-           "torch.int8": "I8", "torch.uint8": "U8", "torch.bool": "BOOL",
-           "torch.float8_e4m3fn": "F8_E4M3", "torch.float8_e5m2": "F8_E5M2"}
+# safetensors' dtype names -> torch's (the one table: headers read here, rows sent over the wire)
+SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
+                      "I64": "int64", "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                      "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_DTYPES = {f"torch.{t}": s for s, t in SAFETENSORS_DTYPES.items()}
 
 
 def check_tensors(want: dict[str, tuple[str, tuple[int, ...]]],

@@ -30,15 +30,12 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from serving.checkpoints import PolicyUpdateError
+from serving.checkpoints import SAFETENSORS_DTYPES, PolicyUpdateError
 
 BACKEND = "rollfleet_ranks"  # the weight-transfer engine's name in vLLM's registry
 TIMEOUT_S = 300.0  # a group's meeting and each broadcast, before the update fails
 
-DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
-          "F64": torch.float64, "I64": torch.int64, "I32": torch.int32, "I8": torch.int8,
-          "U8": torch.uint8, "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn,
-          "F8_E5M2": torch.float8_e5m2}  # safetensors' names, as checkpoints.py reads them
+DTYPES = {s: getattr(torch, t) for s, t in SAFETENSORS_DTYPES.items()}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
