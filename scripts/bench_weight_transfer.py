@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -35,6 +34,7 @@ import psutil
 import torch
 from safetensors.torch import load_file, save_file
 
+from rollfleet.memory import PeakRss
 from rollfleet.paths import ROOT
 from serving import ModelConfig, ServingConfig, Transfer, WeightSender
 from serving.cluster import Cluster
@@ -64,33 +64,6 @@ def versions_of(base: Path) -> list[dict[str, torch.Tensor]]:
                                  * t.float().std() * 0.3).to(t.dtype)
         out.append(tensors)
     return out
-
-
-class PeakRss:
-    """The highest resident memory of some processes while the block runs, above the start."""
-
-    def __init__(self, procs: dict[str, psutil.Process]) -> None:
-        self.procs, self.peak = procs, {}
-        self.start = {k: p.memory_info().rss for k, p in procs.items()}
-        self.done = threading.Event()
-
-    def __enter__(self) -> PeakRss:
-        self.peak = dict(self.start)
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self.done.wait(0.02):
-            for k, p in self.procs.items():
-                self.peak[k] = max(self.peak[k], p.memory_info().rss)
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
-
-    def above_start_mib(self) -> dict[str, float]:
-        return {k: round((self.peak[k] - self.start[k]) / 2**20, 1) for k in self.procs}
 
 
 def _rank(rank: int, tensors: dict, todo: mp.Queue, done: mp.Queue) -> None:
@@ -126,7 +99,7 @@ def one_topology(settings: dict, model_dir: Path, tensors: list[dict], updates: 
             for i in range(updates):
                 which = i % 2
                 for way in ("folder", "direct"):
-                    with PeakRss({"driver": me, "engine": engine}) as rss:
+                    with PeakRss({"driver": "self", "engine": engine.pid}) as rss:
                         t0 = time.perf_counter()
                         if way == "folder":
                             folder = work / f"ckpt{i}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import resource
 import signal
 import sys
@@ -32,6 +31,8 @@ from typing import Any
 
 import ray
 from omegaconf import OmegaConf
+
+from rollfleet.memory import PeakRss, rss_mib
 
 SERVICE_NAME = "rollfleet"
 NAMESPACE = "rollfleet"
@@ -91,12 +92,13 @@ class WeightPush:
 
     def _run(self, transfer: Any) -> None:
         try:
-            with PeakMemory() as memory:
+            with PeakRss({"service": "self"}) as rss:
                 times = self.update(transfer, self.version, self.mode)
         except BaseException as exc:  # noqa: BLE001 - every rank's `answer` raises it
             self._finish(None, exc)
         else:
-            self._finish({**times, "service_peak_above_mib": memory.above_mib}, None)
+            above = rss.above_start_mib()["service"]
+            self._finish({**times, "service_peak_above_mib": above}, None)
 
     def _ready(self, rendezvous: Any) -> None:
         self.rendezvous = rendezvous
@@ -178,38 +180,6 @@ def memory() -> dict[str, float]:
     """This process's resident memory now and at its peak, MiB."""
     return {"rss_mib": rss_mib(),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-
-
-def rss_mib() -> float:
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-class PeakMemory:
-    """How far this process's resident memory rose above its start while the block ran (the
-    service holds no weights: an update from the ranks must not raise it by a copy of them)."""
-
-    def __init__(self, every_s: float = 0.01) -> None:
-        self.every_s, self.done = every_s, threading.Event()
-        self.start = self.peak = rss_mib()
-
-    def __enter__(self) -> PeakMemory:
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self.done.wait(self.every_s):
-            self.peak = max(self.peak, rss_mib())
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
-        self.peak = max(self.peak, rss_mib())
-
-    @property
-    def above_mib(self) -> float:
-        return round(self.peak - self.start, 1)
 
 
 class RolloutClient:
