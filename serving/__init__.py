@@ -5,7 +5,8 @@ This top level is the client face: what a process that samples from a running cl
 The driver starts, reuses and stops clusters through `running_cluster` (serving/cluster.py),
 loaded on first use, as are a trainer's replay of the grammar masks (`GrammarReplay`,
 serving/toolcall/replay.py) and the two ends of weights sent from a trainer's ranks
-(`WeightSender`, `Transfer`: serving/weight_transfer.py); code that runs inside engine
+(`WeightSender`, `Transfer`: serving/weight_transfer.py) and its saving of a version as a model
+folder (`save_model_folder`, serving/checkpoints.py); code that runs inside engine
 processes is in `serving.engine`; `serving.serve` and `planner` are standalone apps.
 """
 
@@ -24,13 +25,14 @@ __all__ = [
     "Generation", "GrammarReplay", "KvState", "MetricsError", "ModelConfig", "PromptTooLong",
     "Roster", "SampledCall", "Sampling", "ServerUnavailable", "ServingConfig", "ServingError",
     "ToolCallSampler", "ToolTurn", "Transfer", "TurnTooLong", "WeightSender",
-    "open_front_door", "running_cluster",
+    "open_front_door", "running_cluster", "save_model_folder",
 ]
 
 _LAZY = {"running_cluster": ("serving.cluster", "running_cluster"),
          "GrammarReplay": ("serving.toolcall.replay", "GrammarReplay"),
          "Transfer": ("serving.weight_transfer", "Transfer"),
-         "WeightSender": ("serving.weight_transfer", "WeightSender")}
+         "WeightSender": ("serving.weight_transfer", "WeightSender"),
+         "save_model_folder": ("serving.checkpoints", "save_model_folder")}
 
 
 def __getattr__(name: str) -> Any:

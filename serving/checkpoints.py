@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,25 @@ class PolicyCheckpoint:
 
 def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
+
+
+def model_files(like: Path) -> list[Path]:
+    """The served model's files other than its weights (config, tokenizer, ...): what new
+    weights need beside them to be a folder an engine loads."""
+    return sorted(f for f in like.iterdir() if f.is_file() and f.suffix != ".safetensors"
+                  and f.name != "model.safetensors.index.json")
+
+
+def save_model_folder(like: Path, folder: Path, tensors: Mapping[str, Any]) -> None:
+    """New weights as a model folder an engine, or transformers, loads: one model.safetensors
+    with `like`'s other files copied beside it."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in model_files(like):
+        shutil.copy2(f, folder / f.name)
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()},
+              str(folder / "model.safetensors"))
 
 
 def digest_of(folder: Path, cache_dir: Path | None = None) -> str:
@@ -187,17 +207,13 @@ class CheckpointStore:
 
     def from_tensors(self, tensors: dict[str, Any], version: int) -> PolicyCheckpoint:
         """Checked, then written once as a folder an engine loads."""
-        from safetensors.torch import save_file
-
         check_in_memory(self.like, tensors)
         folder = self.root / f"v{version}"
         if folder.exists():
             shutil.rmtree(folder)
         scratch = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=self.root))
         try:
-            self._copy_model_files(scratch)
-            save_file({k: v.detach().contiguous() for k, v in tensors.items()},
-                      str(scratch / "model.safetensors"))
+            save_model_folder(self.like, scratch, tensors)
             os.replace(scratch, folder)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -216,7 +232,8 @@ class CheckpointStore:
             folder.mkdir()
             for f in weight_files(checkpoint):
                 (folder / f.name).symlink_to(f)
-            self._copy_model_files(folder, link=True)
+            for f in model_files(self.like):
+                (folder / f.name).symlink_to(f.absolute())
             checkpoint = folder
         return self._add(version, checkpoint)
 
@@ -233,15 +250,6 @@ class CheckpointStore:
         self.kept[version] = checkpoint
         self._write_index()
         return checkpoint
-
-    def _copy_model_files(self, folder: Path, link: bool = False) -> None:
-        for f in self.like.iterdir():
-            if f.is_file() and f.suffix != ".safetensors" and \
-                    f.name != "model.safetensors.index.json":
-                if link:
-                    (folder / f.name).symlink_to(f.absolute())
-                else:
-                    shutil.copy2(f, folder / f.name)
 
     def discard(self, checkpoint: PolicyCheckpoint, served: PolicyCheckpoint) -> None:
         """A version that was refused or rolled back: gone unless it is the served one."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -141,16 +140,9 @@ def _step(step: int, client: RolloutClient, model: Any, optimizer: Any, replay: 
 
 def _keep(root: Path, version: int, model_dir: Path, tensors: dict[str, Any]) -> None:
     """Version `version`'s weights as a folder beside the served model's other files."""
-    from safetensors.torch import save_file
+    from serving import save_model_folder
 
-    folder = root / f"v{version}"
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in model_dir.iterdir():
-        if f.is_file() and f.suffix != ".safetensors" and f.name != \
-                "model.safetensors.index.json":
-            shutil.copy2(f, folder / f.name)
-    save_file({k: v.contiguous() for k, v in tensors.items()},
-              str(folder / "model.safetensors"))
+    save_model_folder(model_dir, root / f"v{version}", tensors)
 
 
 if __name__ == "__main__":

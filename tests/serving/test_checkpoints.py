@@ -21,6 +21,7 @@ from serving.checkpoints import (
     digest_of,
     read_index,
     read_served,
+    save_model_folder,
     tensors_of,
     write_served,
 )
@@ -87,6 +88,21 @@ def test_weights_alone_become_a_folder_an_engine_loads(store, weights, tmp_path)
     whole = tmp_path / "whole"
     shutil.copytree(SERVED, whole)
     assert store.from_folder(whole, 4).path == str(whole)  # used in place
+
+
+def test_a_trainer_s_saved_version_is_the_folder_the_store_writes_for_the_same_weights(
+        store, weights, tmp_path):
+    store, _ = store
+    changed = {k: v + 1 if k.endswith("norm.weight") else v for k, v in weights.items()}
+    saved = tmp_path / "kept" / "v5"
+    save_model_folder(SERVED, saved, changed)
+    written = Path(store.from_tensors(changed, 5).path)
+    assert sorted(f.name for f in saved.iterdir()) == sorted(f.name for f in written.iterdir())
+    assert not any(f.is_symlink() for f in saved.iterdir())  # copies: it outlives the run
+    assert (saved / "config.json").read_bytes() == (SERVED / "config.json").read_bytes()
+    assert digest_of(saved) == digest_of(written) != digest_of(SERVED)
+    got = load_file(str(saved / "model.safetensors"))
+    assert all(torch.equal(got[k], v) for k, v in changed.items())
 
 
 def test_a_refused_then_a_failed_update_keeps_the_served_and_rollback_checkpoints(
