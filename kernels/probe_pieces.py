@@ -34,12 +34,19 @@ from kernels.testdata import heavy_tailed, logit_scaled_q
 SM_SCALE = 1 / math.sqrt(192)
 
 
-def timed_us(fn) -> float:
+def captured(fn) -> torch.cuda.CUDAGraph:
+    """fn run once (its lazy setup and compile outside the graph), then captured as a graph:
+    what every timing here replays, so launch overhead never counts."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
+    return graph
+
+
+def timed_us(fn) -> float:
+    graph = captured(fn)
     return do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e3
 
 
@@ -47,11 +54,7 @@ def flushed_us(fn, dirty: bool, reps: int = 50) -> float:
     """Median us of fn's graph replay after flushing L2 by writing 256 MB (dirty=True, as
     do_bench does: the L2 is left full of dirty lines, which each miss of fn must write back) or
     by reading them (clean lines). Events around each replay; the same loop for both."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = captured(fn)
     buf = torch.empty(64 << 20, dtype=torch.int32, device="cuda")
     times = []
     for i in range(reps + 5):
@@ -72,11 +75,7 @@ def flushed_us(fn, dirty: bool, reps: int = 50) -> float:
 def profiled(fn, reps: int = 20) -> dict:
     """Kernel durations (us) and the gap between consecutive kernels of one graph replay, from
     the profiler (median over `reps` replays, L2 flushed before each as in timed_us)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = captured(fn)
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     from torch.profiler import ProfilerActivity, profile
 
