@@ -2,6 +2,7 @@
 against its own unit tests, in a scratch worktree of HEAD; results cached by content.
 
     nice -n 19 python scripts/mutants.py [--fresh] [--only TEXT,...] [--shard I/N] [--budget-s S]
+    python scripts/mutants.py --table     (the report as tests/README.md's table)
 
 Each module of MODULES is mutated by mutmut in a `git worktree` of HEAD (the working tree is
 never touched) and its mutants run against the test files named beside it, one at a time. A
@@ -209,7 +210,27 @@ def write_report(report: dict[str, Any], equivalent: dict[str, str]) -> None:
     REPORT.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
 
+def markdown_table(report: dict[str, Any]) -> str:
+    """tests/README.md's table of the last run of each module (`--table` prints it)."""
+    lines = ["| module (functions mutated) | its tests | mutants | killed | survived | timed out "
+             "| equivalent | score | s | at |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for path, e in report["modules"].items():
+        functions = f" ({', '.join(e['functions'])})" if e["functions"] else ""
+        tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in e["tests"])
+        lines.append(f"| `{path}`{functions} | {tests} | {e['mutants']} | {e['killed']} | "
+                     f"{e['survived']} | {e['timed_out']} | {e['equivalent']} | "
+                     f"{e['score']:.1%} | {e['seconds']} | {e['commit'][:7]} |")
+    t = report["total"]
+    seconds = sum(e["seconds"] for e in report["modules"].values())
+    lines.append(f"| total | | {t['mutants']} | {t['killed']} | {t['survived']} | "
+                 f"{t['timed_out']} | {t['equivalent']} | {t['score']:.1%} | {seconds} | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if "--table" in argv:
+        print(markdown_table(json.loads(REPORT.read_text())))
+        return 0
     fresh = "--fresh" in argv
     only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else [""]
     shard, shards = (map(int, argv[argv.index("--shard") + 1].split("/"))

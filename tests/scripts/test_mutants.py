@@ -61,3 +61,12 @@ def test_the_score_is_caught_over_the_mutants_not_named_equivalent():
     assert mutants.summarize(results, {"c": "why", "a": "a killed one counts as killed"}) == {
         "mutants": 5, "killed": 1, "survived": 3, "timed_out": 1, "errors": 0,
         "equivalent": 1, "score": 0.5}
+
+
+def test_the_tests_readme_shows_the_committed_report():
+    """Its table is `mutants.py --table` of tests/mutants.json, row for row."""
+    readme = (ROOT / "tests" / "README.md").read_text()
+    shown = readme[readme.index("<!-- mutants -->") + len("<!-- mutants -->\n"):
+                   readme.index("<!-- /mutants -->")].strip()
+    assert shown == mutants.markdown_table(json.loads(mutants.REPORT.read_text())), \
+        "tests/README.md's table is stale: paste `python scripts/mutants.py --table` there"
