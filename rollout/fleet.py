@@ -87,12 +87,27 @@ def check_ray(address: str | None) -> None:
                           f"({type(exc).__name__}: {exc})") from None
 
 
+def send_token_to(address: str) -> None:
+    """Ray sends this host's token (~/.ray/auth_token) to a cluster it finds itself ("auto")
+    but not to one named by its address, though a local Ray (the rollout service's) checks it:
+    named ones get it too, as Ray does for "auto" (RAY_AUTH_MODE, when set, decides). Done at
+    connect time, never at import: a process that imported ray first keeps a working
+    `ray.init()`."""
+    if address not in ("auto", "local"):
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def init_ray(cfg: RayConfig, rollout: RolloutConfig, namespace: str | None = None) -> None:
     """`ray.address` null: a Ray of the job's own ("local": never a cluster found on this
     host), with the CPUs its workers ask for."""
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True,
                               "configure_logging": False, "namespace": namespace}
     if cfg.address:
+        send_token_to(cfg.address)
         ray.init(address=cfg.address, **kwargs)
     else:
         cpus = rollout.workers * rollout.worker_num_cpus

@@ -191,7 +191,10 @@ class RolloutClient:
     @classmethod
     def attach(cls, rank: int = 0, world: int = 1, name: str = SERVICE_NAME,
                address: str = "auto") -> RolloutClient:
-        if not ray.is_initialized():  # Ray's token: see rollout/__init__.py
+        if not ray.is_initialized():
+            from rollout.fleet import send_token_to
+
+            send_token_to(address)
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
                      configure_logging=False)
         try:
