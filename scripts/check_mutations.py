@@ -235,7 +235,7 @@ MUTATIONS = [
      "        \"TMPDIR\": str(scratch),  # vLLM's ZMQ sockets and file stores go to "
      "tempfile.gettempdir()\n", "",
      ["tests/serving/test_vllm_engine.py::"
-      "test_raw_logprobs_are_asked_for_and_unmasked_by_the_plugin"]),
+      "test_behaviour_logprobs_are_vllms_processed_ones_with_the_plugins_greedy_fix"]),
     ("a dead job's socket folders are kept", "rollfleet/owner.py",
      "    for path in gone:\n        shutil.rmtree(path, ignore_errors=True)\n", "",
      ["tests/rollfleet/test_owner.py::test_a_dead_owners_folders_are_swept_and_a_live_ones_kept",
