@@ -331,7 +331,10 @@ def test_what_a_command_leaves_running_ends_with_it(ws):
     sleeps are told apart by a duration no other process on the host sleeps: counting every
     `sleep` of the uid took another program's for the sandbox's.)"""
     mine = f"sleep 1000.{os.getpid()}"
-    res = sh(ws, f"setsid -f {mine}; {mine} & echo started")
+    # the command returns once both run (a loaded host may not have exec'd them yet: then the
+    # check below would pass with nothing killed)
+    res = sh(ws, f"setsid -f {mine}; {mine} & until [ $(pgrep -c -f -x '{mine}') = 2 ]; "
+                 "do sleep 0.01; done; echo started")
     assert res.output == "started\n" and res.exit_code == 0
     left = subprocess.run(["pgrep", "-f", "-x", mine], capture_output=True)
     assert left.stdout == b""
