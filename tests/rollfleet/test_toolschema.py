@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from envs.tools import ToolCallError, check_arguments
-from rollfleet.toolschema import ASSERTED_FORMATS, problem_kinds, schema_problems
+from rollfleet.toolschema import (
+    ASSERTED_FORMATS,
+    SchemaProblem,
+    _format_checker,
+    problem_kinds,
+    schema_problems,
+)
 from serving.toolcall.parser import check_call
 from serving.toolcall.values import FORMATS
 
@@ -249,3 +255,24 @@ def test_the_environment_runs_exactly_the_calls_the_server_finds_valid(case):
     except ToolCallError:
         runs = False
     assert runs == (check_call("t", arguments, tools) == [])
+
+
+def test_a_problem_s_message_names_the_path_of_the_value_at_fault():
+    """A nested value's problem starts with its path, segments joined by '/'; one about the
+    arguments as a whole is the validator's words alone."""
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {
+        "type": "object", "properties": {"b": {"type": "string"}}}}}, "required": ["a"]}
+    [deep] = schema_problems({"a": [{"b": "x"}, {"b": 3}]}, schema)
+    assert deep.kind == "wrong_type" and deep.message == "a/1/b: 3 is not of type 'string'"
+    [top] = schema_problems({}, schema)
+    assert top == SchemaProblem("missing_argument", "'a' is a required property")
+
+
+def test_the_format_checker_asserts_draft_2020_12_s_checkers_of_the_formats_it_names():
+    """Built alone: exactly ASSERTED_FORMATS, each draft 2020-12's (its `time` wants an offset,
+    draft 3's does not); a format it does not name conforms, as an annotation."""
+    checker = _format_checker()
+    assert sorted(checker.checkers) == sorted(ASSERTED_FORMATS)
+    assert checker.conforms("12:30:00Z", "time") and not checker.conforms("12:30:00", "time")
+    assert not checker.conforms("not an email", "email")
+    assert checker.conforms("#zz", "color")
